@@ -1,0 +1,246 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Memory-zone overhead estimator: Liu & Li, Figure 4.
+
+Per node ``i`` the estimator classifies LLC contention (from the LLC hit rate
+of the guests running on ``i``) and memory-controller congestion (from the
+cycle loss of local accesses to ``i``); per pair ``(L, i)`` interconnect
+congestion (from the cycle loss of guests running on ``L`` with memory on
+``i``) and remote-access latency (from the IPC ratio of local to remote
+accesses). Each metric is classified into integer levels by ascending
+thresholds, and the levels add up to the overhead of node ``i`` seen from a
+local node ``L``::
+
+    overhead[L][i] = LLC(i) + MC(i)                         if i == L
+                   = MC(i) + LLC(L) + INTER(L, i) + RML(L, i) otherwise
+
+Where no guest gives an IPC ratio for a pair, remote-access latency falls
+back to the host's static latency ratio: a measured latency or bandwidth
+matrix (vTRMS) when known, else the SLIT distances.
+"""
+
+import bisect
+import dataclasses
+from typing import Sequence
+
+# Ascending thresholds; level = number of thresholds <= value.
+# LLC contention is measured as 1 - hit rate; with these thresholds the
+# paper's characterization (hit rate 0.48 with one guest, 0.10 with eight on
+# a socket) spans level 0 to level 4.
+DEFAULT_LLC_THRESHOLDS = (0.55, 0.65, 0.75, 0.85)
+DEFAULT_MC_THRESHOLDS = (0.10, 0.20, 0.30, 0.40)
+DEFAULT_INTER_THRESHOLDS = (0.10, 0.20, 0.30, 0.40)
+# Local/remote IPC (or latency) ratio: SLIT 21/10 is level 3.
+DEFAULT_RML_THRESHOLDS = (1.25, 1.5, 2.0, 3.0)
+
+# A domain counts for a node or a pair when at least this fraction of its
+# vCPU time or memory is there.
+MIN_WEIGHT = 0.05
+
+
+def classify(value: float, thresholds: Sequence[float]) -> int:
+    """Level of ``value``: how many ascending thresholds it reaches."""
+    return bisect.bisect_right(thresholds, value)
+
+
+def check_thresholds(name: str, thresholds: Sequence[float]) -> tuple:
+    """Return ``thresholds`` as a tuple, or raise ValueError naming them."""
+    values = tuple(float(t) for t in thresholds)
+    if not values:
+        raise ValueError('%s thresholds: at least one value needed' % name)
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise ValueError('%s thresholds must be strictly ascending: %s'
+                         % (name, ', '.join(str(v) for v in values)))
+    if values[0] < 0:
+        raise ValueError('%s thresholds must not be negative' % name)
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """Ascending classification thresholds of the four overheads."""
+
+    llc: tuple = DEFAULT_LLC_THRESHOLDS
+    mc: tuple = DEFAULT_MC_THRESHOLDS
+    inter: tuple = DEFAULT_INTER_THRESHOLDS
+    rml: tuple = DEFAULT_RML_THRESHOLDS
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            object.__setattr__(self, field.name, check_thresholds(
+                field.name, getattr(self, field.name)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """What the estimator knows of the host's nodes and their links.
+
+    ``distances`` is the SLIT matrix (10 = local). ``latency_ns`` and
+    ``bandwidth_mbps`` are measured matrices (row = CPU node, column =
+    memory node), either may be absent; when present they replace SLIT for
+    the static remote-latency ratio, latency first.
+    """
+
+    distances: tuple
+    latency_ns: tuple | None = None
+    bandwidth_mbps: tuple | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.distances)
+
+    def remote_ratio(self, local: int, node: int) -> float:
+        """How many times slower memory on ``node`` is than local memory."""
+        if local == node:
+            return 1.0
+        if self.latency_ns is not None:
+            base = self.latency_ns[local][local]
+            if base > 0:
+                return self.latency_ns[local][node] / base
+        if self.bandwidth_mbps is not None:
+            remote = self.bandwidth_mbps[local][node]
+            if remote > 0:
+                return self.bandwidth_mbps[local][local] / remote
+        base = self.distances[local][local] or 10
+        return self.distances[local][node] / base
+
+    @classmethod
+    def uniform(cls, n: int, remote: int = 21) -> 'Topology':
+        return cls(tuple(tuple(10 if i == j else remote for j in range(n))
+                         for i in range(n)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """One domain's smoothed metrics and where it runs and lives.
+
+    ``cpu`` maps node -> fraction of the domain's vCPU time on that node,
+    ``memory`` maps node -> fraction of its memory on that node.
+    """
+
+    llc_hit_rate: float
+    cycle_loss: float
+    ipc: float
+    cpu: dict
+    memory: dict
+
+
+@dataclasses.dataclass
+class Levels:
+    """Per-node and per-pair overhead levels of one host."""
+
+    llc: list
+    mc: list
+    inter: list  # inter[L][i], 0 on the diagonal
+    rml: list    # rml[L][i], 0 on the diagonal
+
+    @property
+    def size(self) -> int:
+        return len(self.llc)
+
+    def overhead_matrix(self, extra: Sequence[float] | None = None) -> list:
+        """overhead[L][i] of Figure 4 for every local node L.
+
+        ``extra`` adds a per-node congestion term (used by the scheduler to
+        account for guests placed since the last report).
+        """
+        n = self.size
+        llc, mc = self.llc, self.mc
+        bump = list(extra) if extra is not None else [0] * n
+        rows = []
+        for local in range(n):
+            inter_row, rml_row = self.inter[local], self.rml[local]
+            row = []
+            for node in range(n):
+                if node == local:
+                    row.append(llc[node] + mc[node] + bump[node])
+                else:
+                    row.append(mc[node] + llc[local] + inter_row[node] +
+                               rml_row[node] + bump[node])
+            rows.append(row)
+        return rows
+
+    def to_dict(self) -> dict:
+        return {'llc': list(self.llc), 'mc': list(self.mc),
+                'inter': [list(r) for r in self.inter],
+                'rml': [list(r) for r in self.rml]}
+
+
+def static_levels(topology: Topology,
+                  thresholds: Thresholds = Thresholds()) -> Levels:
+    """Levels of an idle host: only the static remote-latency term."""
+    return estimate([], topology, thresholds)
+
+
+def estimate(observations: Sequence[Observation], topology: Topology,
+             thresholds: Thresholds = Thresholds()) -> Levels:
+    """Classify the four overheads of every node and pair (Figure 4).
+
+    Attribution (documented in doc/source/admin/estimator.rst):
+
+    * LLC(i): 1 - the vCPU-time-weighted mean LLC hit rate of the domains
+      running on node i (the LLC of socket i).
+    * MC(i): the highest cycle loss among domains that both run on i and
+      keep memory on i (local accesses to controller i).
+    * INTER(L, i): the highest cycle loss among domains running on L with
+      memory on i.
+    * RML(L, i): mean IPC of domains running on L with local memory over
+      mean IPC of domains running on L with memory on i; the static latency
+      ratio of the topology when either side has no domain.
+    """
+    n = topology.size
+    hit_sum = [0.0] * n
+    hit_weight = [0.0] * n
+    cycle_loss = [[-1.0] * n for _ in range(n)]
+    ipc_sum = [[0.0] * n for _ in range(n)]
+    ipc_weight = [[0.0] * n for _ in range(n)]
+    for obs in observations:
+        for cpu_node, cpu_w in obs.cpu.items():
+            if cpu_w < MIN_WEIGHT or not 0 <= cpu_node < n:
+                continue
+            hit_sum[cpu_node] += cpu_w * obs.llc_hit_rate
+            hit_weight[cpu_node] += cpu_w
+            for mem_node, mem_w in obs.memory.items():
+                if mem_w < MIN_WEIGHT or not 0 <= mem_node < n:
+                    continue
+                if obs.cycle_loss > cycle_loss[cpu_node][mem_node]:
+                    cycle_loss[cpu_node][mem_node] = obs.cycle_loss
+                weight = cpu_w * mem_w
+                ipc_sum[cpu_node][mem_node] += weight * obs.ipc
+                ipc_weight[cpu_node][mem_node] += weight
+
+    llc = []
+    mc = []
+    for i in range(n):
+        contention = (1.0 - hit_sum[i] / hit_weight[i]) if hit_weight[i] \
+            else 0.0
+        llc.append(classify(contention, thresholds.llc))
+        mc.append(classify(max(cycle_loss[i][i], 0.0), thresholds.mc))
+
+    inter = [[0] * n for _ in range(n)]
+    rml = [[0] * n for _ in range(n)]
+    for local in range(n):
+        local_ipc = (ipc_sum[local][local] / ipc_weight[local][local]
+                     if ipc_weight[local][local] else None)
+        for node in range(n):
+            if node == local:
+                continue
+            inter[local][node] = classify(max(cycle_loss[local][node], 0.0),
+                                          thresholds.inter)
+            remote_ipc = (ipc_sum[local][node] / ipc_weight[local][node]
+                          if ipc_weight[local][node] else None)
+            if local_ipc and remote_ipc:
+                ratio = local_ipc / remote_ipc
+            else:
+                ratio = topology.remote_ratio(local, node)
+            rml[local][node] = classify(ratio, thresholds.rml)
+    return Levels(llc=llc, mc=mc, inter=inter, rml=rml)

@@ -1,0 +1,258 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Node selection and proportional shares (Liu & Li, sections 4.2 and 5.2).
+
+The scheduler and the agent run the same planner: the scheduler over the
+levels a host reported, the agent over the levels it measured, so the
+overhead a host is scored at is the overhead its planner will place the
+guest at.
+
+Proportional policy, seen from a local node L (the node the guest's vCPUs
+run on; when unknown every node is tried and the best plan kept):
+
+1. A node with no active guests that can hold the whole request gets it,
+   the local node first, then remote nodes by distance.
+2. Otherwise nodes are grouped by a step threshold that starts at 0 and
+   rises by 2 (overheads 0, 1-2, 3-4, ...); groups are taken in ascending
+   order, nearest node first inside a group, until ``max_nodes`` nodes are
+   chosen and their free memory holds the request (more nodes are taken
+   only when ``max_nodes`` cannot hold it).
+3. Shares are proportional to ``1 / (1 + overhead)``, rounded to binary
+   fractions of the request: every share is one power-of-two block
+   (1/2, 1/4, 1/8 ... of the request) and the blocks add up to the request.
+   A share never exceeds the node's free memory; what a full node cannot
+   take goes to the next lowest-overhead node with room.
+"""
+
+import dataclasses
+import math
+from typing import Sequence
+
+PROPORTIONAL = 'proportional'
+LOCAL = 'local'
+SPREAD = 'spread'
+NONE = 'none'
+POLICY_HELP = {
+    PROPORTIONAL: 'spread memory over a few low-overhead nodes, in '
+                  'proportion to their low overhead (Liu & Li)',
+    LOCAL: 'fewest nodes, nearest to the vCPUs first (the kernel default)',
+    SPREAD: 'even shares over all nodes with room',
+    NONE: 'leave placement to the kernel; scored like local',
+}
+POLICIES = tuple(POLICY_HELP)
+DEFAULT_MAX_NODES = 4
+MAX_NODES_LIMIT = 64
+STEP = 2
+# Smallest block is 1/2**MAX_EXPONENT of the request.
+MAX_EXPONENT = 16
+
+
+@dataclasses.dataclass
+class HostView:
+    """What the planner needs to know of a host, per NUMA node.
+
+    ``overhead[L][i]`` is the overhead of node i seen from local node L
+    (see :mod:`nova_numa_overhead.overhead.estimator`). ``local_nodes`` are
+    the nodes with CPUs, the only possible local nodes.
+    """
+
+    free_mb: list
+    total_mb: list
+    guests: list
+    overhead: list
+    distances: list
+    local_nodes: tuple = ()
+
+    def __post_init__(self):
+        if not self.local_nodes:
+            self.local_nodes = tuple(range(len(self.free_mb)))
+
+    @property
+    def size(self) -> int:
+        return len(self.free_mb)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Where a guest's memory goes: node -> MiB, and what it will cost."""
+
+    policy: str
+    local: int
+    shares: dict
+    overhead: float  # share-weighted mean of overhead[local][node]
+    worst: float     # highest overhead among the chosen nodes
+
+    @property
+    def nodes(self) -> list:
+        return sorted(self.shares)
+
+
+def _finish(policy, view, local, nodes, amounts) -> 'Plan | None':
+    shares = {n: mb for n, mb in zip(nodes, amounts) if mb > 0}
+    if not shares:
+        return None
+    row = view.overhead[local]
+    total = sum(shares.values())
+    mean = sum(row[n] * mb for n, mb in shares.items()) / total
+    return Plan(policy=policy, local=local, shares=shares,
+                overhead=round(mean, 3),
+                worst=max(row[n] for n in shares))
+
+
+def split_binary(request_mb: int, overheads: Sequence[float],
+                 caps: Sequence[int]) -> 'list | None':
+    """Split ``request_mb`` over nodes with these overheads (section 5.2).
+
+    Returns MiB per node, in the order given, or None when the nodes' free
+    memory (``caps``) cannot hold the request. The paper's example:
+    2**8 GiB over overheads 2, 4, 5 gives 2**7, 2**6 and 2**6 GiB.
+    """
+    n = len(overheads)
+    if n == 0 or sum(caps) < request_mb:
+        return None
+    weights = [1.0 / (1.0 + max(o, 0.0)) for o in overheads]
+    total_w = sum(weights)
+    ideal = [w / total_w for w in weights]
+    exps = [min(MAX_EXPONENT, max(0, round(-math.log2(f)))) for f in ideal]
+
+    def block(i):
+        return 2.0 ** -exps[i]
+
+    # Power-of-two sums are exact in binary floating point.
+    total = sum(block(i) for i in range(n))
+    while total > 1.0:
+        i = max((i for i in range(n) if exps[i] < MAX_EXPONENT),
+                key=lambda i: (block(i) / ideal[i], overheads[i], i))
+        total -= block(i) / 2
+        exps[i] += 1
+    while total < 1.0:
+        room = 1.0 - total
+        i = max((i for i in range(n) if block(i) <= room),
+                key=lambda i: (ideal[i] / block(i), -overheads[i], -i))
+        total += block(i)
+        exps[i] -= 1
+
+    amounts = [int(request_mb * block(i)) for i in range(n)]
+    by_overhead = sorted(range(n), key=lambda i: (overheads[i], i))
+    amounts[by_overhead[0]] += request_mb - sum(amounts)
+    excess = 0
+    for i in range(n):
+        if amounts[i] > caps[i]:
+            excess += amounts[i] - caps[i]
+            amounts[i] = caps[i]
+    for i in by_overhead:
+        if not excess:
+            break
+        take = min(excess, caps[i] - amounts[i])
+        amounts[i] += take
+        excess -= take
+    return amounts
+
+
+def _select(view: HostView, local: int, request_mb: int,
+            max_nodes: int) -> list:
+    row = view.overhead[local]
+    dist = view.distances[local]
+    order = sorted((i for i in range(view.size) if view.free_mb[i] > 0),
+                   key=lambda i: (math.ceil(row[i] / STEP), dist[i], row[i],
+                                  i))
+    chosen = []
+    room = 0
+    for node in order:
+        chosen.append(node)
+        room += view.free_mb[node]
+        if len(chosen) >= max_nodes and room >= request_mb:
+            break
+    return chosen
+
+
+def _proportional(view, local, request_mb, max_nodes):
+    dist = view.distances[local]
+    empty = [i for i in range(view.size)
+             if view.guests[i] == 0 and view.free_mb[i] >= request_mb]
+    if empty:
+        node = min(empty, key=lambda i: (i != local, dist[i], i))
+        return _finish(PROPORTIONAL, view, local, [node], [request_mb])
+    nodes = _select(view, local, request_mb, max_nodes)
+    row = view.overhead[local]
+    amounts = split_binary(request_mb, [row[i] for i in nodes],
+                           [view.free_mb[i] for i in nodes])
+    if amounts is None:
+        return None
+    return _finish(PROPORTIONAL, view, local, nodes, amounts)
+
+
+def _local(view, local, request_mb, policy):
+    dist = view.distances[local]
+    nodes = sorted(range(view.size), key=lambda i: (dist[i], i))
+    amounts = []
+    left = request_mb
+    for node in nodes:
+        take = min(left, max(view.free_mb[node], 0))
+        amounts.append(take)
+        left -= take
+    if left:
+        return None
+    return _finish(policy, view, local, nodes, amounts)
+
+
+def _spread(view, local, request_mb):
+    nodes = [i for i in range(view.size) if view.free_mb[i] > 0]
+    if sum(view.free_mb[i] for i in nodes) < request_mb:
+        return None
+    amounts = dict.fromkeys(nodes, 0)
+    left = request_mb
+    open_nodes = sorted(nodes, key=lambda i: (view.free_mb[i], i))
+    while left and open_nodes:
+        each = left // len(open_nodes)
+        extra = left - each * len(open_nodes)
+        still_open = []
+        for idx, node in enumerate(open_nodes):
+            want = each + (1 if idx >= len(open_nodes) - extra else 0)
+            take = min(want, view.free_mb[node] - amounts[node])
+            amounts[node] += take
+            left -= take
+            if amounts[node] < view.free_mb[node]:
+                still_open.append(node)
+        open_nodes = still_open
+    return _finish(SPREAD, view, local, nodes, [amounts[i] for i in nodes])
+
+
+def plan(view: HostView, request_mb: int, policy: str = PROPORTIONAL,
+         max_nodes: int = DEFAULT_MAX_NODES,
+         local: int | None = None) -> 'Plan | None':
+    """Plan a guest of ``request_mb`` MiB on this host.
+
+    :param local: the node the guest's vCPUs run on; None tries every node
+        with CPUs and keeps the plan with the lowest overhead.
+    :returns: the plan, or None when the host's free memory cannot hold it.
+    :raises ValueError: for an unknown policy or max_nodes < 1.
+    """
+    if policy not in POLICY_HELP:
+        raise ValueError('unknown placement policy %r' % policy)
+    if max_nodes < 1:
+        raise ValueError('max_nodes must be >= 1, got %r' % max_nodes)
+    if request_mb <= 0:
+        raise ValueError('request must be > 0 MiB, got %r' % request_mb)
+    locals_ = (local,) if local is not None else view.local_nodes
+    best = None
+    for node in locals_:
+        if policy == PROPORTIONAL:
+            candidate = _proportional(view, node, request_mb, max_nodes)
+        elif policy == SPREAD:
+            candidate = _spread(view, node, request_mb)
+        else:
+            candidate = _local(view, node, request_mb, policy)
+        if candidate is not None and (
+                best is None or candidate.overhead < best.overhead):
+            best = candidate
+    return best

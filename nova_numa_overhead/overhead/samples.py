@@ -1,0 +1,132 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Counter samples and the per-domain sliding window (Liu & Li, section 5.1).
+
+A sample is one sampling interval of one guest's hardware counters, as
+deltas. The window keeps only the three metrics the estimator needs, in a
+flat array, so that a guest costs a few hundred bytes however long the
+agent runs.
+"""
+
+import array
+import dataclasses
+
+DEFAULT_WINDOW = 16
+_FIELDS = 3  # llc hit rate, cycle loss, ipc
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """Counter deltas of one domain over one sampling interval."""
+
+    instructions: float
+    cycles: float
+    llc_references: float
+    llc_misses: float
+    stall_cycles: float
+
+    def metrics(self) -> 'Metrics | None':
+        """The paper's three metrics, or None when the interval is empty."""
+        if self.cycles <= 0 or self.instructions < 0:
+            return None
+        refs = max(self.llc_references, 0.0)
+        misses = min(max(self.llc_misses, 0.0), refs)
+        hit_rate = 1.0 - misses / refs if refs > 0 else 1.0
+        cycle_loss = min(max(self.stall_cycles, 0.0) / self.cycles, 1.0)
+        return Metrics(hit_rate, cycle_loss, self.instructions / self.cycles)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """LLC hit rate (0-1), cycle loss to LLC misses (0-1), IPC."""
+
+    llc_hit_rate: float
+    cycle_loss: float
+    ipc: float
+
+
+class SlidingWindow:
+    """Fixed-size window of metrics with their mean (16 entries by default)."""
+
+    __slots__ = ('_data', '_size', '_next', '_count')
+
+    def __init__(self, size: int = DEFAULT_WINDOW):
+        if size < 1:
+            raise ValueError('window size must be >= 1, got %r' % size)
+        self._data = array.array('d', bytes(8 * _FIELDS * size))
+        self._size = size
+        self._next = 0
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, metrics: Metrics) -> None:
+        base = self._next * _FIELDS
+        self._data[base] = metrics.llc_hit_rate
+        self._data[base + 1] = metrics.cycle_loss
+        self._data[base + 2] = metrics.ipc
+        self._next = (self._next + 1) % self._size
+        self._count = min(self._count + 1, self._size)
+
+    def add_sample(self, sample: Sample) -> bool:
+        """Add a sample's metrics; returns False for an empty interval."""
+        metrics = sample.metrics()
+        if metrics is None:
+            return False
+        self.add(metrics)
+        return True
+
+    def mean(self) -> 'Metrics | None':
+        if not self._count:
+            return None
+        sums = [0.0] * _FIELDS
+        data = self._data
+        for slot in range(self._count):
+            base = slot * _FIELDS
+            for f in range(_FIELDS):
+                sums[f] += data[base + f]
+        n = float(self._count)
+        return Metrics(sums[0] / n, sums[1] / n, sums[2] / n)
+
+
+class WindowSet:
+    """One sliding window per domain, forgotten when the domain goes."""
+
+    def __init__(self, size: int = DEFAULT_WINDOW):
+        self.size = size
+        self._windows: dict[str, SlidingWindow] = {}
+
+    def add(self, domain: str, sample: Sample) -> bool:
+        window = self._windows.get(domain)
+        if window is None:
+            window = self._windows[domain] = SlidingWindow(self.size)
+        return window.add_sample(sample)
+
+    def mean(self, domain: str) -> 'Metrics | None':
+        window = self._windows.get(domain)
+        return window.mean() if window is not None else None
+
+    def forget(self, domain: str) -> None:
+        self._windows.pop(domain, None)
+
+    def retain(self, domains) -> None:
+        """Drop the windows of every domain not in ``domains``."""
+        keep = set(domains)
+        for name in [d for d in self._windows if d not in keep]:
+            del self._windows[name]
+
+    def __contains__(self, domain: str) -> bool:
+        return domain in self._windows
+
+    def __len__(self) -> int:
+        return len(self._windows)

@@ -1,0 +1,180 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""oslo.messaging glue for host reports.
+
+Agents cast reports with ``fanout=True`` on ``[numa_overhead]
+report_topic``; every scheduler worker runs its own RPC server on that topic
+and so receives every report (the pattern Nova uses for compute ->
+scheduler instance info). A scheduler worker that starts asks all agents
+for a fresh report by a fanout cast of ``sync`` on ``<report_topic>.agents``.
+"""
+
+import os
+import socket
+import sys
+import threading
+import uuid
+
+import oslo_messaging as messaging
+from oslo_log import log as logging
+
+from nova_numa_overhead import report as report_mod
+
+LOG = logging.getLogger(__name__)
+
+NAMESPACE = 'numa_overhead'
+RPC_VERSION = '1.0'
+
+_SERVERS = []
+_SERVERS_LOCK = threading.Lock()
+
+
+def agent_topic(conf) -> str:
+    return conf.numa_overhead.report_topic + '.agents'
+
+
+def get_transport(conf):
+    """The reports' transport: its own URL, else Nova's."""
+    url = conf.numa_overhead.transport_url or None
+    return messaging.get_rpc_transport(conf, url=url)
+
+
+def default_executor() -> str:
+    """'eventlet' in a monkey-patched process (an eventlet Nova), else
+    'threading'. eventlet is never imported here."""
+    eventlet = sys.modules.get('eventlet')
+    if eventlet is not None:
+        try:
+            from eventlet import patcher
+            if patcher.is_monkey_patched('thread'):
+                return 'eventlet'
+        except Exception:  # pragma: no cover - broken eventlet install
+            pass
+    return 'threading'
+
+
+def _server_name(prefix):
+    return '%s-%s-%d-%s' % (prefix, socket.gethostname(), os.getpid(),
+                            uuid.uuid4().hex[:8])
+
+
+class SchedulerEndpoint:
+    """Receives reports; bad ones are logged and dropped, never raised."""
+
+    target = messaging.Target(namespace=NAMESPACE, version=RPC_VERSION)
+
+    def __init__(self, store):
+        self.store = store
+
+    def report(self, ctxt, report):
+        try:
+            self.store.ingest(report)
+        except Exception:
+            LOG.exception('Failed to ingest a NUMA overhead report')
+
+
+class AgentEndpoint:
+    """Answers the schedulers' requests for a fresh report."""
+
+    target = messaging.Target(namespace=NAMESPACE, version=RPC_VERSION)
+
+    def __init__(self, on_sync):
+        self.on_sync = on_sync
+
+    def sync(self, ctxt, requester=None):
+        LOG.debug('Report requested by scheduler %s', requester)
+        try:
+            self.on_sync()
+        except Exception:
+            LOG.exception('Failed to answer a report request')
+
+
+def _start(conf, topic, endpoint, executor, prefix, transport=None):
+    transport = transport or get_transport(conf)
+    target = messaging.Target(topic=topic, server=_server_name(prefix))
+    kwargs = {}
+    executor = executor or default_executor()
+    if executor != 'threading':
+        # 'threading' is oslo.messaging's default; naming it is deprecated.
+        kwargs['executor'] = executor
+    server = messaging.get_rpc_server(transport, target, [endpoint],
+                                      **kwargs)
+    server.start()
+    with _SERVERS_LOCK:
+        _SERVERS.append(server)
+    return server
+
+
+def start_scheduler_listener(conf, store, executor=None, transport=None):
+    """Listen for reports into ``store``; ask agents for fresh ones."""
+    transport = transport or get_transport(conf)
+    server = _start(conf, conf.numa_overhead.report_topic,
+                    SchedulerEndpoint(store), executor, 'scheduler',
+                    transport)
+    LOG.info('Listening for NUMA overhead reports on topic %s',
+             conf.numa_overhead.report_topic)
+    if conf.numa_overhead.sync_on_start:
+        request_sync(conf, transport)
+    return server
+
+
+def start_agent_listener(conf, on_sync, executor='threading',
+                         transport=None):
+    """Listen for the schedulers' sync requests (agent side)."""
+    return _start(conf, agent_topic(conf), AgentEndpoint(on_sync), executor,
+                  'agent', transport)
+
+
+def request_sync(conf, transport=None) -> None:
+    client = messaging.get_rpc_client(
+        transport or get_transport(conf),
+        messaging.Target(topic=agent_topic(conf), namespace=NAMESPACE,
+                         version=RPC_VERSION))
+    try:
+        client.prepare(fanout=True).cast({}, 'sync',
+                                         requester=socket.gethostname())
+    except Exception:
+        LOG.exception('Could not ask agents for fresh NUMA overhead reports')
+
+
+class ReportPublisher:
+    """Agent side: casts reports to every scheduler worker."""
+
+    def __init__(self, conf, transport=None):
+        self.conf = conf
+        self._client = messaging.get_rpc_client(
+            transport or get_transport(conf),
+            messaging.Target(topic=conf.numa_overhead.report_topic,
+                             namespace=NAMESPACE, version=RPC_VERSION))
+
+    def publish(self, report: report_mod.Report) -> bool:
+        """Send a report; False (and a log line) if the broker refused."""
+        try:
+            self._client.prepare(fanout=True).cast(
+                {}, 'report', report=report.to_dict())
+        except Exception as exc:
+            LOG.warning('Could not publish NUMA overhead report %(seq)d: '
+                        '%(exc)s', {'seq': report.seq, 'exc': exc})
+            return False
+        return True
+
+
+def stop_listeners() -> None:
+    with _SERVERS_LOCK:
+        servers = list(_SERVERS)
+        _SERVERS.clear()
+    for server in servers:
+        try:
+            server.stop()
+            server.wait()
+        except Exception:
+            LOG.debug('Error stopping a report listener', exc_info=True)

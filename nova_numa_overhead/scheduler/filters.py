@@ -1,0 +1,121 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""NUMAOverheadFilter: hosts whose planned NUMA overhead is low enough.
+
+A host passes when the overhead level its planner would place this guest's
+memory at (see :mod:`nova_numa_overhead.overhead.planner`) is at most the
+smallest of the scheduler hint ``numa_overhead_max_level``, the flavor's
+``numa_overhead:max_level``, the host's aggregate metadata
+``numa_overhead_max_level`` and ``[numa_overhead] max_level``. With none of
+them set every host passes. Hosts without a fresh report follow
+``[numa_overhead] unknown_host``.
+
+Enable with ``[filter_scheduler] enabled_filters = ...,NUMAOverheadFilter``
+and add ``nova_numa_overhead.scheduler.filters.NUMAOverheadFilter`` to
+``available_filters``.
+"""
+
+import nova.conf
+from nova.scheduler import filters
+from nova.scheduler.filters import utils as filter_utils
+from nova.scheduler import utils as scheduler_utils
+from oslo_log import log as logging
+
+from nova_numa_overhead import conf as plugin_conf
+from nova_numa_overhead.scheduler import request
+from nova_numa_overhead.scheduler import store
+
+LOG = logging.getLogger(__name__)
+CONF = nova.conf.CONF
+
+
+def aggregate_max_level(host_state) -> int | None:
+    """Smallest valid ``numa_overhead_max_level`` of the host's aggregates."""
+    values = []
+    for value in filter_utils.aggregate_values_from_key(
+            host_state, request.AGG_MAX_LEVEL):
+        try:
+            values.append(request.parse_int(
+                'aggregate metadata ' + request.AGG_MAX_LEVEL, value, 0))
+        except request.InvalidRequest as exc:
+            LOG.warning('Ignoring %(exc)s on host %(host)s',
+                        {'exc': exc, 'host': host_state.host})
+    return min(values) if values else None
+
+
+class NUMAOverheadFilter(filters.BaseHostFilter):
+    """Pass hosts whose planned NUMA memory-zone overhead is allowed."""
+
+    # A rebuild keeps the host and the guest's memory where it is: there is
+    # nothing to re-plan.
+    RUN_ON_REBUILD = False
+
+    def __init__(self):
+        super().__init__()
+        plugin_conf.register_opts(CONF)
+
+    def filter_all(self, filter_obj_list, spec_obj):
+        hosts = list(filter_obj_list)
+        if scheduler_utils.request_is_rebuild(spec_obj):
+            return hosts
+        try:
+            req = request.from_spec(spec_obj, CONF)
+        except request.InvalidRequest as exc:
+            LOG.error('NUMAOverheadFilter rejects every host for instance '
+                      '%(uuid)s: %(reason)s',
+                      {'uuid': spec_obj.instance_uuid, 'reason': exc})
+            return []
+        if not hosts:
+            return hosts
+        opts = CONF.numa_overhead
+        try:
+            reports = store.get_store(CONF)
+        except Exception:
+            LOG.exception('NUMA overhead store unavailable')
+            reports = None
+        return [h for h in hosts
+                if self._passes(h, req, opts, reports)]
+
+    def host_passes(self, host_state, spec_obj):
+        return bool(self.filter_all([host_state], spec_obj))
+
+    def _passes(self, host_state, req, opts, reports) -> bool:
+        limits = [v for v in (req.max_level, opts.max_level,
+                              aggregate_max_level(host_state))
+                  if v is not None]
+        if not limits:
+            return True
+        limit = min(limits)
+        planned = None
+        if reports is not None:
+            try:
+                planned = reports.planned_overhead(
+                    host_state.host, host_state.free_ram_mb,
+                    host_state.num_instances, req.memory_mb, req.policy,
+                    req.max_nodes)
+            except Exception:
+                LOG.exception('NUMA overhead lookup failed for host %s',
+                              host_state.host)
+        if planned is store.UNKNOWN:
+            passes = opts.unknown_host == 'pass'
+            if not passes:
+                LOG.debug('%(host)s fails NUMAOverheadFilter: no fresh '
+                          'report and unknown_host=fail',
+                          {'host': host_state.host})
+            return passes
+        if planned > limit:
+            LOG.debug('%(host)s fails NUMAOverheadFilter: planned overhead '
+                      '%(planned)s above the allowed %(limit)d',
+                      {'host': host_state.host, 'planned': planned,
+                       'limit': limit})
+            return False
+        return True

@@ -1,0 +1,83 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""NUMAOverheadWeigher: a higher weight means a lower planned overhead.
+
+A host's raw weight is ``1 / (1 + planned overhead level)`` of the request
+(1.0 when the guest would see no overhead), or ``[numa_overhead]
+weight_of_unknown`` without a fresh report or when the reported free memory
+cannot hold the request. Nova normalises the raw weights over the hosts
+and multiplies them by ``[numa_overhead] weight_multiplier``, which
+aggregate metadata ``numa_overhead_weight_multiplier`` overrides.
+
+Enable with ``[filter_scheduler] weight_classes =
+nova.scheduler.weights.all_weighers,
+nova_numa_overhead.scheduler.weighers.NUMAOverheadWeigher``.
+"""
+
+import math
+
+import nova.conf
+from nova.scheduler import utils as scheduler_utils
+from nova.scheduler import weights
+from oslo_log import log as logging
+
+from nova_numa_overhead import conf as plugin_conf
+from nova_numa_overhead.scheduler import request
+from nova_numa_overhead.scheduler import store
+
+LOG = logging.getLogger(__name__)
+CONF = nova.conf.CONF
+
+
+class NUMAOverheadWeigher(weights.BaseHostWeigher):
+    """Prefer hosts where the guest's memory would see less overhead."""
+
+    def __init__(self):
+        super().__init__()
+        plugin_conf.register_opts(CONF)
+
+    def weight_multiplier(self, host_state):
+        return scheduler_utils.get_weight_multiplier(
+            host_state, request.AGG_WEIGHT_MULTIPLIER,
+            CONF.numa_overhead.weight_multiplier)
+
+    def weigh_objects(self, weighed_obj_list, weight_properties):
+        unknown = CONF.numa_overhead.weight_of_unknown
+        try:
+            req = request.from_spec(weight_properties, CONF)
+            reports = store.get_store(CONF)
+        except Exception as exc:
+            # The filter reports bad requests; here every host is equal.
+            LOG.debug('NUMAOverheadWeigher gives every host the same '
+                      'weight: %s', exc)
+            return [unknown] * len(weighed_obj_list)
+        return [self._weight(obj.obj, req, reports, unknown)
+                for obj in weighed_obj_list]
+
+    def _weigh_object(self, host_state, weight_properties):
+        return self.weigh_objects(
+            [weights.WeighedHost(host_state, 0.0)], weight_properties)[0]
+
+    @staticmethod
+    def _weight(host_state, req, reports, unknown) -> float:
+        try:
+            planned = reports.planned_overhead(
+                host_state.host, host_state.free_ram_mb,
+                host_state.num_instances, req.memory_mb, req.policy,
+                req.max_nodes)
+        except Exception:
+            LOG.exception('NUMA overhead lookup failed for host %s',
+                          host_state.host)
+            return unknown
+        if planned is store.UNKNOWN or planned == math.inf:
+            return unknown
+        return 1.0 / (1.0 + planned)
