@@ -28,12 +28,15 @@ run on; when unknown every node is tried and the best plan kept):
    only when ``max_nodes`` cannot hold it).
 3. Shares are proportional to ``1 / (1 + overhead)``, rounded to binary
    fractions of the request: every share is one power-of-two block
-   (1/2, 1/4, 1/8 ... of the request) and the blocks add up to the request.
+   (1/2, 1/4, 1/8 ... of the request), the blocks add up to the request, a
+   lower overhead never gets a smaller block and equal overheads get equal
+   blocks (so the highest-overhead node may get none).
    A share never exceeds the node's free memory; what a full node cannot
    take goes to the next lowest-overhead node with room.
 """
 
 import dataclasses
+import functools
 import math
 from typing import Sequence
 
@@ -52,7 +55,10 @@ POLICIES = tuple(POLICY_HELP)
 DEFAULT_MAX_NODES = 4
 MAX_NODES_LIMIT = 64
 STEP = 2
-# Smallest block is 1/2**MAX_EXPONENT of the request.
+# Smallest block: 1/2**SEARCH_EXPONENT of the request for the exact search
+# (up to SEARCH_LIMIT nodes), 1/2**MAX_EXPONENT for the greedy rounding.
+SEARCH_EXPONENT = 6
+SEARCH_LIMIT = 8
 MAX_EXPONENT = 16
 
 
@@ -119,29 +125,8 @@ def split_binary(request_mb: int, overheads: Sequence[float],
     n = len(overheads)
     if n == 0 or sum(caps) < request_mb:
         return None
-    weights = [1.0 / (1.0 + max(o, 0.0)) for o in overheads]
-    total_w = sum(weights)
-    ideal = [w / total_w for w in weights]
-    exps = [min(MAX_EXPONENT, max(0, round(-math.log2(f)))) for f in ideal]
-
-    def block(i):
-        return 2.0 ** -exps[i]
-
-    # Power-of-two sums are exact in binary floating point.
-    total = sum(block(i) for i in range(n))
-    while total > 1.0:
-        i = max((i for i in range(n) if exps[i] < MAX_EXPONENT),
-                key=lambda i: (block(i) / ideal[i], overheads[i], i))
-        total -= block(i) / 2
-        exps[i] += 1
-    while total < 1.0:
-        room = 1.0 - total
-        i = max((i for i in range(n) if block(i) <= room),
-                key=lambda i: (ideal[i] / block(i), -overheads[i], -i))
-        total += block(i)
-        exps[i] -= 1
-
-    amounts = [int(request_mb * block(i)) for i in range(n)]
+    fractions = binary_fractions(tuple(float(o) for o in overheads))
+    amounts = [int(request_mb * f) for f in fractions]
     by_overhead = sorted(range(n), key=lambda i: (overheads[i], i))
     amounts[by_overhead[0]] += request_mb - sum(amounts)
     excess = 0
@@ -156,6 +141,82 @@ def split_binary(request_mb: int, overheads: Sequence[float],
         amounts[i] += take
         excess -= take
     return amounts
+
+
+@functools.lru_cache(maxsize=4096)
+def binary_fractions(overheads: tuple) -> tuple:
+    """Fractions 2**-k (or 0) of the request per node, adding up to 1.
+
+    The ideal share of a node is proportional to ``1 / (1 + overhead)``.
+    Among the assignments of power-of-two blocks where a lower overhead
+    never gets a smaller block, equal overheads get equal blocks and only
+    the highest-overhead nodes may get nothing, the one closest to the
+    ideal shares (least squares) wins. Above ``SEARCH_LIMIT`` nodes a
+    greedy rounding is used instead.
+    """
+    n = len(overheads)
+    weights = [1.0 / (1.0 + max(o, 0.0)) for o in overheads]
+    total_w = sum(weights)
+    ideal = [w / total_w for w in weights]
+    order = sorted(range(n), key=lambda i: (overheads[i], i))
+    if n > SEARCH_LIMIT:
+        return _greedy_fractions(overheads, ideal)
+    best = [math.inf, None]
+    exps = [0] * n
+
+    def search(pos, min_exp, room, error):
+        # Power-of-two sums are exact in binary floating point.
+        if error >= best[0]:
+            return
+        if pos == n or room == 0.0:
+            if room == 0.0:
+                rest = sum(ideal[order[j]] ** 2 for j in range(pos, n))
+                if error + rest < best[0]:
+                    best[0] = error + rest
+                    best[1] = [2.0 ** -exps[order[j]] if j < pos else 0.0
+                               for j in range(n)]
+            return
+        node = order[pos]
+        if pos and overheads[node] == overheads[order[pos - 1]]:
+            choices = (exps[order[pos - 1]],)
+        else:
+            choices = range(min_exp, SEARCH_EXPONENT + 1)
+        for exp in choices:
+            size = 2.0 ** -exp
+            if size > room:
+                continue
+            exps[node] = exp
+            search(pos + 1, exp, room - size,
+                   error + (size - ideal[node]) ** 2)
+
+    search(0, 0, 1.0, 0.0)
+    by_position = best[1]
+    fractions = [0.0] * n
+    for pos, node in enumerate(order):
+        fractions[node] = by_position[pos]
+    return tuple(fractions)
+
+
+def _greedy_fractions(overheads, ideal):
+    n = len(overheads)
+    exps = [min(MAX_EXPONENT, max(0, round(-math.log2(f)))) for f in ideal]
+
+    def block(i):
+        return 2.0 ** -exps[i]
+
+    total = sum(block(i) for i in range(n))
+    while total > 1.0:
+        i = max((i for i in range(n) if exps[i] < MAX_EXPONENT),
+                key=lambda i: (block(i) / ideal[i], overheads[i], i))
+        total -= block(i) / 2
+        exps[i] += 1
+    while total < 1.0:
+        room = 1.0 - total
+        i = max((i for i in range(n) if block(i) <= room),
+                key=lambda i: (ideal[i] / block(i), -overheads[i], -i))
+        total += block(i)
+        exps[i] -= 1
+    return tuple(block(i) for i in range(n))
 
 
 def _select(view: HostView, local: int, request_mb: int,
