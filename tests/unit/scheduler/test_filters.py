@@ -1,0 +1,106 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+from nova_numa_overhead.scheduler import filters
+from tests import base
+from tests.unit.scheduler import fakes
+
+
+def levels_report(host, level, guests=1):
+    # One node: the planned overhead is its LLC + MC levels.
+    return base.make_report(host=host, nodes=1, llc=level // 2,
+                            mc=level - level // 2, guests=guests)
+
+
+class TestNUMAOverheadFilter(fakes.NovaTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.filt = filters.NUMAOverheadFilter()
+        fakes.make_store(self, levels_report('low', 1),
+                         levels_report('mid', 4), levels_report('high', 8))
+        self.hosts = [fakes.host_state(h) for h in
+                      ('low', 'mid', 'high', 'unknown')]
+
+    def passing(self, spec_obj, hosts=None):
+        return [h.host for h in self.filt.filter_all(hosts or self.hosts,
+                                                     spec_obj)]
+
+    def test_no_limit_passes_everything(self):
+        self.assertEqual(['low', 'mid', 'high', 'unknown'],
+                         self.passing(fakes.spec()))
+
+    def test_flavor_limit(self):
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '4'})
+        self.assertEqual(['low', 'mid', 'unknown'], self.passing(spec_obj))
+        self.assertIn('high fails NUMAOverheadFilter: planned overhead',
+                      self.logger.output)
+
+    def test_hint_tightens_flavor(self):
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '4'},
+                              hints={'numa_overhead_max_level': '1'})
+        self.assertEqual(['low', 'unknown'], self.passing(spec_obj))
+
+    def test_config_and_aggregate_are_upper_bounds(self):
+        self.flags(max_level=4)
+        spec_obj = fakes.spec(hints={'numa_overhead_max_level': '10'})
+        self.assertEqual(['low', 'mid', 'unknown'], self.passing(spec_obj))
+        hosts = [fakes.host_state('mid', aggregates=[
+            {'numa_overhead_max_level': '2'}, {'other': 'x'}])]
+        self.assertEqual([], self.passing(spec_obj, hosts))
+
+    def test_bad_aggregate_value_is_ignored_and_logged(self):
+        hosts = [fakes.host_state('high', aggregates=[
+            {'numa_overhead_max_level': 'low'}])]
+        self.assertEqual(['high'], self.passing(fakes.spec(), hosts))
+        self.assertIn("Ignoring aggregate metadata numa_overhead_max_level: "
+                      "'low' is not an integer on host high",
+                      self.logger.output)
+
+    def test_unknown_hosts_follow_config(self):
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '8'})
+        self.assertIn('unknown', self.passing(spec_obj))
+        self.flags(unknown_host='fail')
+        self.assertEqual(['low', 'mid', 'high'], self.passing(spec_obj))
+
+    def test_host_that_cannot_hold_the_request_fails_a_limit(self):
+        spec_obj = fakes.spec(memory_mb=10 ** 6,
+                              extra_specs={'numa_overhead:max_level': '99'})
+        self.assertEqual(['unknown'], self.passing(spec_obj))
+
+    def test_invalid_hint_fails_the_request_with_a_reason(self):
+        spec_obj = fakes.spec(hints={'numa_overhead_max_level': 'lots'})
+        self.assertEqual([], self.passing(spec_obj))
+        self.assertIn('NUMAOverheadFilter rejects every host for instance '
+                      '4a1b9d5e-0000-4000-8000-000000000001: hint '
+                      "numa_overhead_max_level: 'lots' is not an integer",
+                      self.logger.output)
+        self.assertNotIn('Traceback', self.logger.output)
+
+    def test_rebuild_is_not_filtered(self):
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '0'},
+                              rebuild=True)
+        self.assertEqual(4, len(self.passing(spec_obj)))
+        self.assertFalse(filters.NUMAOverheadFilter.RUN_ON_REBUILD)
+
+    def test_host_passes(self):
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '2'})
+        self.assertTrue(self.filt.host_passes(self.hosts[0], spec_obj))
+        self.assertFalse(self.filt.host_passes(self.hosts[1], spec_obj))
+
+    def test_store_failure_does_not_break_scheduling(self):
+        def broken(*args):
+            raise RuntimeError('boom')
+        self.patch(filters.store.ReportStore, 'planned_overhead', broken)
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '2'})
+        # Treated as unknown: passes with the default policy.
+        self.assertEqual(4, len(self.passing(spec_obj)))

@@ -1,0 +1,72 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+from nova.scheduler import weights as nova_weights
+
+from nova_numa_overhead.scheduler import weighers
+from tests.unit.scheduler import fakes
+from tests.unit.scheduler import test_filters
+
+
+class TestNUMAOverheadWeigher(fakes.NovaTestCase):
+
+    def setUp(self):
+        super().setUp()
+        fakes.make_store(self, test_filters.levels_report('low', 1),
+                         test_filters.levels_report('mid', 4),
+                         test_filters.levels_report('high', 8))
+        self.weigher = weighers.NUMAOverheadWeigher()
+
+    def weigh(self, hosts, spec_obj=None):
+        handler = nova_weights.HostWeightHandler()
+        weighed = handler.get_weighed_objects(
+            [self.weigher], hosts, spec_obj or fakes.spec())
+        return [(w.obj.host, round(w.weight, 3)) for w in weighed]
+
+    def test_raw_weights(self):
+        hosts = [fakes.host_state(h) for h in ('mid', 'low', 'x')]
+        raw = self.weigher.weigh_objects(
+            [nova_weights.WeighedHost(h, 0.0) for h in hosts], fakes.spec())
+        # 1 / (1 + planned overhead); unknown hosts get weight_of_unknown.
+        self.assertEqual(1 / (1 + 1.0), raw[1])
+        self.assertLess(raw[0], raw[1])
+        self.assertEqual(0.0, raw[2])
+
+    def test_lower_overhead_weighs_more(self):
+        hosts = [fakes.host_state(h) for h in ('high', 'mid', 'low')]
+        self.assertEqual(['low', 'mid', 'high'],
+                         [h for h, _ in self.weigh(hosts)])
+
+    def test_unknown_weight_is_configurable(self):
+        hosts = [fakes.host_state(h) for h in ('high', 'unknown', 'low')]
+        self.assertEqual('unknown', self.weigh(hosts)[-1][0])
+        self.flags(weight_of_unknown=1.0)
+        self.assertEqual('unknown', self.weigh(hosts)[0][0])
+
+    def test_multiplier_and_aggregate_override(self):
+        self.flags(weight_multiplier=2.0)
+        hosts = [fakes.host_state('low'), fakes.host_state('high')]
+        self.assertEqual([('low', 2.0), ('high', 0.0)], self.weigh(hosts))
+        hosts = [fakes.host_state('low', aggregates=[
+            {'numa_overhead_weight_multiplier': '-1.0'}]),
+            fakes.host_state('high')]
+        self.assertEqual([('high', 0.0), ('low', -1.0)], self.weigh(hosts))
+
+    def test_bad_request_gives_equal_weights(self):
+        hosts = [fakes.host_state(h) for h in ('high', 'low')]
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:policy': 'x'})
+        self.assertEqual([0.0, 0.0], [w for _, w in self.weigh(hosts,
+                                                               spec_obj)])
+
+    def test_weigh_single_object(self):
+        self.assertEqual(0.5, self.weigher._weigh_object(
+            fakes.host_state('low'), fakes.spec()))
