@@ -24,8 +24,8 @@ import sys
 import threading
 import uuid
 
-import oslo_messaging as messaging
 from oslo_log import log as logging
+import oslo_messaging as messaging
 
 from nova_numa_overhead import report as report_mod
 
@@ -43,7 +43,11 @@ def agent_topic(conf) -> str:
 
 
 def get_transport(conf):
-    """The reports' transport: its own URL, else Nova's."""
+    """The reports' transport: its own URL, else Nova's.
+
+    ``conf`` must be the global ``cfg.CONF`` (Nova's, or the agent's):
+    oslo.messaging reads some of its options from there only.
+    """
     url = conf.numa_overhead.transport_url or None
     return messaging.get_rpc_transport(conf, url=url)
 
