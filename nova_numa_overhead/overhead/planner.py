@@ -77,10 +77,24 @@ class HostView:
     overhead: list
     distances: list
     local_nodes: tuple = ()
+    # Candidate order per local node, which does not depend on the request.
+    _orders: dict = dataclasses.field(default_factory=dict, repr=False,
+                                      compare=False)
 
     def __post_init__(self):
         if not self.local_nodes:
             self.local_nodes = tuple(range(len(self.free_mb)))
+
+    def order_from(self, local: int) -> list:
+        """Nodes with free memory by step group, then distance (4.2)."""
+        order = self._orders.get(local)
+        if order is None:
+            row = self.overhead[local]
+            dist = self.distances[local]
+            order = self._orders[local] = sorted(
+                (i for i in range(self.size) if self.free_mb[i] > 0),
+                key=lambda i: (math.ceil(row[i] / STEP), dist[i], row[i], i))
+        return order
 
     @property
     def size(self) -> int:
@@ -221,14 +235,9 @@ def _greedy_fractions(overheads, ideal):
 
 def _select(view: HostView, local: int, request_mb: int,
             max_nodes: int) -> list:
-    row = view.overhead[local]
-    dist = view.distances[local]
-    order = sorted((i for i in range(view.size) if view.free_mb[i] > 0),
-                   key=lambda i: (math.ceil(row[i] / STEP), dist[i], row[i],
-                                  i))
     chosen = []
     room = 0
-    for node in order:
+    for node in view.order_from(local):
         chosen.append(node)
         room += view.free_mb[node]
         if len(chosen) >= max_nodes and room >= request_mb:

@@ -77,41 +77,46 @@ class NUMAOverheadFilter(filters.BaseHostFilter):
         if not hosts:
             return hosts
         opts = CONF.numa_overhead
+        limits = [v for v in (req.max_level, opts.max_level)
+                  if v is not None]
+        limit = min(limits) if limits else None
+        unknown_passes = opts.unknown_host == 'pass'
         try:
-            reports = store.get_store(CONF)
+            query = store.get_store(CONF).query(req.memory_mb, req.policy,
+                                                req.max_nodes)
         except Exception:
             LOG.exception('NUMA overhead store unavailable')
-            reports = None
+            query = None
         return [h for h in hosts
-                if self._passes(h, req, opts, reports)]
+                if self._passes(h, limit, query, unknown_passes)]
 
     def host_passes(self, host_state, spec_obj):
         return bool(self.filter_all([host_state], spec_obj))
 
-    def _passes(self, host_state, req, opts, reports) -> bool:
-        limits = [v for v in (req.max_level, opts.max_level,
-                              aggregate_max_level(host_state))
-                  if v is not None]
-        if not limits:
+    @staticmethod
+    def _passes(host_state, limit, query, unknown_passes) -> bool:
+        if host_state.aggregates:
+            from_aggregates = aggregate_max_level(host_state)
+            if from_aggregates is not None:
+                limit = from_aggregates if limit is None else min(
+                    limit, from_aggregates)
+        if limit is None:
             return True
-        limit = min(limits)
         planned = None
-        if reports is not None:
+        if query is not None:
             try:
-                planned = reports.planned_overhead(
-                    host_state.host, host_state.free_ram_mb,
-                    host_state.num_instances, req.memory_mb, req.policy,
-                    req.max_nodes)
+                planned = query.overhead(host_state.host,
+                                         host_state.free_ram_mb,
+                                         host_state.num_instances)
             except Exception:
                 LOG.exception('NUMA overhead lookup failed for host %s',
                               host_state.host)
         if planned is store.UNKNOWN:
-            passes = opts.unknown_host == 'pass'
-            if not passes:
+            if not unknown_passes:
                 LOG.debug('%(host)s fails NUMAOverheadFilter: no fresh '
                           'report and unknown_host=fail',
                           {'host': host_state.host})
-            return passes
+            return unknown_passes
         if planned > limit:
             LOG.debug('%(host)s fails NUMAOverheadFilter: planned overhead '
                       '%(planned)s above the allowed %(limit)d',

@@ -61,7 +61,8 @@ class HostEntry:
 
     def __init__(self, report, received):
         self.report = report
-        self.received = received
+        # Arrival on this clock, less the age the agent declared.
+        self.received = received - report.age
         self.view = report.view()
         self.total_mb = sum(n.total_mb for n in report.nodes)
         self.plans = {}
@@ -138,10 +139,8 @@ class ReportStore:
     def get(self, host: str) -> 'HostEntry | None':
         """The host's report if it is fresh, else None."""
         entry = self._entries.get(host)
-        if entry is None:
-            return None
-        age = self.clock() - entry.received + entry.report.age
-        if age > self._opts.report_ttl:
+        if entry is None or \
+                self.clock() - entry.received > self._opts.report_ttl:
             return None
         return entry
 
@@ -152,44 +151,23 @@ class ReportStore:
         with self._lock:
             self._entries.pop(host, None)
 
+    def query(self, memory_mb: int, policy: str, max_nodes: int) -> 'Query':
+        """Look-ups for one request: everything per-request done once."""
+        return Query(self, memory_mb, policy, max_nodes)
+
     def planned_overhead(self, host: str, free_ram_mb, num_instances,
                          memory_mb: int, policy: str, max_nodes: int):
-        """Planned overhead of a request on a host.
+        """Planned overhead of one request on one host (see Query)."""
+        return self.query(memory_mb, policy, max_nodes).overhead(
+            host, free_ram_mb, num_instances)
 
-        :returns: the share-weighted overhead level (float), ``UNKNOWN``
-            (None) without a fresh report, or ``DOES_NOT_FIT`` (inf) when the
-            reported free memory cannot hold the request.
-        """
-        entry = self.get(host)
-        if entry is None:
-            return UNKNOWN
-        if policy == planner.NONE:
-            policy = planner.LOCAL
-        bucket = bucket_for(memory_mb)
-        consumed = self._consumed(entry, free_ram_mb, num_instances)
-        if consumed is None:
-            return entry.overhead(entry.view, policy, max_nodes, bucket,
-                                  entry.plans)
+    def _corrected_overhead(self, entry, consumed, key):
         corrected = entry.corrected.get(consumed)
         if corrected is None:
             corrected = entry.corrected[consumed] = (
                 self._correct(entry, *consumed), {})
         view, cache = corrected
-        return entry.overhead(view, policy, max_nodes, bucket, cache)
-
-    @staticmethod
-    def _consumed(entry, free_ram_mb, num_instances):
-        if free_ram_mb is None:
-            return None
-        baseline = entry.baseline
-        if baseline is None:
-            entry.baseline = (free_ram_mb, num_instances or 0)
-            return None
-        used = int(baseline[0] - free_ram_mb)
-        if used <= 0:
-            return None
-        guests = max(1, (num_instances or 0) - baseline[1])
-        return used, min(guests, MAX_CLAIMED_GUESTS)
+        return entry.overhead(view, *key, cache)
 
     def _correct(self, entry, used_mb, guests):
         """The host's view after ``guests`` guests of ``used_mb`` in all."""
@@ -212,6 +190,49 @@ class ReportStore:
                 extra[node] += opts.claim_penalty
             view = report.view(extra=extra, free_mb=free, guests=count)
         return report.view(extra=extra, free_mb=free, guests=count)
+
+
+class Query:
+    """The planned overhead of one request on any host, by look-up."""
+
+    __slots__ = ('_store', '_entries', '_oldest', '_key')
+
+    def __init__(self, store, memory_mb, policy, max_nodes):
+        if policy == planner.NONE:
+            policy = planner.LOCAL
+        self._store = store
+        self._entries = store._entries
+        self._oldest = store.clock() - store._opts.report_ttl
+        self._key = (policy, max_nodes, bucket_for(memory_mb))
+
+    def overhead(self, host: str, free_ram_mb=None, num_instances=None):
+        """Planned overhead of the request on ``host``.
+
+        ``free_ram_mb`` and ``num_instances`` are Nova's current view of
+        the host (HostState); a drop of free RAM since the report means
+        guests were placed there, and the report is corrected for them.
+
+        :returns: the share-weighted overhead level (float), ``UNKNOWN``
+            (None) without a fresh report, or ``DOES_NOT_FIT`` (inf) when the
+            reported free memory cannot hold the request.
+        """
+        entry = self._entries.get(host)
+        if entry is None or entry.received < self._oldest:
+            return UNKNOWN
+        if free_ram_mb is not None:
+            baseline = entry.baseline
+            if baseline is None:
+                entry.baseline = (free_ram_mb, num_instances or 0)
+            elif baseline[0] > free_ram_mb:
+                used = int(baseline[0] - free_ram_mb)
+                guests = max(1, (num_instances or 0) - baseline[1])
+                return self._store._corrected_overhead(
+                    entry, (used, min(guests, MAX_CLAIMED_GUESTS)),
+                    self._key)
+        value = entry.plans.get(self._key)
+        if value is None:
+            value = entry.overhead(entry.view, *self._key, entry.plans)
+        return value
 
 
 _STORE = None

@@ -44,36 +44,42 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
     def __init__(self):
         super().__init__()
         plugin_conf.register_opts(CONF)
+        self._multiplier = None
 
     def weight_multiplier(self, host_state):
+        if not host_state.aggregates and self._multiplier is not None:
+            # Read once per request by weigh_objects; Nova calls this for
+            # every host.
+            return self._multiplier
         return scheduler_utils.get_weight_multiplier(
             host_state, request.AGG_WEIGHT_MULTIPLIER,
             CONF.numa_overhead.weight_multiplier)
 
     def weigh_objects(self, weighed_obj_list, weight_properties):
-        unknown = CONF.numa_overhead.weight_of_unknown
+        opts = CONF.numa_overhead
+        self._multiplier = opts.weight_multiplier
+        unknown = opts.weight_of_unknown
         try:
             req = request.from_spec(weight_properties, CONF)
-            reports = store.get_store(CONF)
+            query = store.get_store(CONF).query(req.memory_mb, req.policy,
+                                                req.max_nodes)
         except Exception as exc:
             # The filter reports bad requests; here every host is equal.
             LOG.debug('NUMAOverheadWeigher gives every host the same '
                       'weight: %s', exc)
             return [unknown] * len(weighed_obj_list)
-        return [self._weight(obj.obj, req, reports, unknown)
-                for obj in weighed_obj_list]
+        weigh = self._weight
+        return [weigh(obj.obj, query, unknown) for obj in weighed_obj_list]
 
     def _weigh_object(self, host_state, weight_properties):
         return self.weigh_objects(
             [weights.WeighedHost(host_state, 0.0)], weight_properties)[0]
 
     @staticmethod
-    def _weight(host_state, req, reports, unknown) -> float:
+    def _weight(host_state, query, unknown) -> float:
         try:
-            planned = reports.planned_overhead(
-                host_state.host, host_state.free_ram_mb,
-                host_state.num_instances, req.memory_mb, req.policy,
-                req.max_nodes)
+            planned = query.overhead(host_state.host, host_state.free_ram_mb,
+                                     host_state.num_instances)
         except Exception:
             LOG.exception('NUMA overhead lookup failed for host %s',
                           host_state.host)

@@ -100,7 +100,7 @@ class TestNUMAOverheadFilter(fakes.NovaTestCase):
     def test_store_failure_does_not_break_scheduling(self):
         def broken(*args):
             raise RuntimeError('boom')
-        self.patch(filters.store.ReportStore, 'planned_overhead', broken)
+        self.patch(filters.store.Query, "overhead", broken)
         spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '2'})
         # Treated as unknown: passes with the default policy.
         self.assertEqual(4, len(self.passing(spec_obj)))
