@@ -92,8 +92,7 @@ class Report:
                         else [n.guests for n in nodes]),
             overhead=self.levels().overhead_matrix(extra),
             distances=[list(r) for r in self.distances],
-            local_nodes=tuple(i for i, n in enumerate(nodes) if n.cpus > 0)
-            or tuple(range(len(nodes))))
+            local_nodes=tuple(i for i, n in enumerate(nodes) if n.cpus > 0))
 
     def to_dict(self) -> dict:
         return {

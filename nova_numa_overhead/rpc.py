@@ -53,8 +53,11 @@ def get_transport(conf):
 
 
 def default_executor() -> str:
-    """'eventlet' in a monkey-patched process (an eventlet Nova), else
-    'threading'. eventlet is never imported here."""
+    """The executor Nova runs with: 'eventlet' or 'threading'.
+
+    'eventlet' in a monkey-patched process (an eventlet Nova), else
+    'threading'. eventlet is never imported here.
+    """
     eventlet = sys.modules.get('eventlet')
     if eventlet is not None:
         try:

@@ -28,9 +28,8 @@ EXTRA_SPEC_VALIDATORS = [
         description=(
             'How the nova-numa-overhead agent places the guest\'s memory '
             'over the host\'s NUMA nodes, and how the scheduler scores '
-            'hosts for it: ' + '; '.join(
-                '``%s``: %s' % item for item in planner.POLICY_HELP.items())
-            + '.'),
+            'hosts for it: %s.' % '; '.join(
+                '``%s``: %s' % item for item in planner.POLICY_HELP.items())),
         value={'type': str, 'enum': list(planner.POLICIES)},
     ),
     base.ExtraSpecValidator(

@@ -178,6 +178,10 @@ Related options:
 Number of NUMA nodes the proportional policy spreads a guest's memory over
 when the flavor has no ``numa_overhead:max_nodes`` (the paper uses 4).
 
+Possible values:
+
+* An integer from 1 to 64.
+
 Related options:
 
 * ``[numa_overhead] default_policy``
@@ -212,6 +216,10 @@ fresh report at once instead of waiting for their next periodic report.
         help="""
 Largest accepted host report, in bytes of its JSON encoding. Larger reports
 are rejected and logged with the host name.
+
+Possible values:
+
+* An integer >= 1024; a 64-node host's report is about 34 KiB.
 """),
 ]
 

@@ -33,8 +33,8 @@ import time
 
 from oslo_log import log as logging
 
-from nova_numa_overhead import report as report_mod
 from nova_numa_overhead.overhead import planner
+from nova_numa_overhead import report as report_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -113,8 +113,9 @@ class ReportStore:
             return False
         with self._lock:
             old = self._entries.get(report.host)
-            if (old is not None and old.report.agent_id == report.agent_id
-                    and old.report.seq >= report.seq):
+            same_run = (old is not None and
+                        old.report.agent_id == report.agent_id)
+            if same_run and old.report.seq >= report.seq:
                 LOG.debug('Ignored NUMA overhead report %(seq)d of host '
                           '%(host)s: %(have)d is newer',
                           {'seq': report.seq, 'host': report.host,

@@ -11,8 +11,8 @@
 # under the License.
 """Helpers for tests that run the plugin's Nova classes (no services)."""
 
-from nova import objects
 import nova.conf
+from nova import objects
 from nova.scheduler import host_manager
 from oslo_config import fixture as config_fixture
 
