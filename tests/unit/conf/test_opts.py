@@ -63,8 +63,8 @@ class TestOptions(base.TestCase):
 class TestSampleConfig(base.TestCase):
 
     def test_sample_matches_the_options(self):
-        """Fails when an option changed and the sample was not regenerated
-        (tox -e genconfig)."""
+        # Fails when an option changed and the sample was not regenerated
+        # (tox -e genconfig).
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, 'sample.conf')
             subprocess.run(
