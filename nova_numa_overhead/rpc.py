@@ -20,7 +20,6 @@ for a fresh report by a fanout cast of ``sync`` on ``<report_topic>.agents``.
 
 import os
 import socket
-import sys
 import threading
 import uuid
 
@@ -50,23 +49,6 @@ def get_transport(conf):
     """
     url = conf.numa_overhead.transport_url or None
     return messaging.get_rpc_transport(conf, url=url)
-
-
-def default_executor() -> str:
-    """The executor Nova runs with: 'eventlet' or 'threading'.
-
-    'eventlet' in a monkey-patched process (an eventlet Nova), else
-    'threading'. eventlet is never imported here.
-    """
-    eventlet = sys.modules.get('eventlet')
-    if eventlet is not None:
-        try:
-            from eventlet import patcher
-            if patcher.is_monkey_patched('thread'):
-                return 'eventlet'
-        except Exception:  # pragma: no cover - broken eventlet install
-            pass
-    return 'threading'
 
 
 def _server_name(prefix):
@@ -105,28 +87,24 @@ class AgentEndpoint:
             LOG.exception('Failed to answer a report request')
 
 
-def _start(conf, topic, endpoint, executor, prefix, transport=None):
+def _start(conf, topic, endpoint, prefix, transport=None):
+    # No executor is named: oslo.messaging picks the one the process runs
+    # with (eventlet in a monkey-patched Nova, threads otherwise), and
+    # naming one is deprecated.
     transport = transport or get_transport(conf)
     target = messaging.Target(topic=topic, server=_server_name(prefix))
-    kwargs = {}
-    executor = executor or default_executor()
-    if executor != 'threading':
-        # 'threading' is oslo.messaging's default; naming it is deprecated.
-        kwargs['executor'] = executor
-    server = messaging.get_rpc_server(transport, target, [endpoint],
-                                      **kwargs)
+    server = messaging.get_rpc_server(transport, target, [endpoint])
     server.start()
     with _SERVERS_LOCK:
         _SERVERS.append(server)
     return server
 
 
-def start_scheduler_listener(conf, store, executor=None, transport=None):
+def start_scheduler_listener(conf, store, transport=None):
     """Listen for reports into ``store``; ask agents for fresh ones."""
     transport = transport or get_transport(conf)
     server = _start(conf, conf.numa_overhead.report_topic,
-                    SchedulerEndpoint(store), executor, 'scheduler',
-                    transport)
+                    SchedulerEndpoint(store), 'scheduler', transport)
     LOG.info('Listening for NUMA overhead reports on topic %s',
              conf.numa_overhead.report_topic)
     if conf.numa_overhead.sync_on_start:
@@ -134,11 +112,10 @@ def start_scheduler_listener(conf, store, executor=None, transport=None):
     return server
 
 
-def start_agent_listener(conf, on_sync, executor='threading',
-                         transport=None):
+def start_agent_listener(conf, on_sync, transport=None):
     """Listen for the schedulers' sync requests (agent side)."""
-    return _start(conf, agent_topic(conf), AgentEndpoint(on_sync), executor,
-                  'agent', transport)
+    return _start(conf, agent_topic(conf), AgentEndpoint(on_sync), 'agent',
+                  transport)
 
 
 def request_sync(conf, transport=None) -> None:

@@ -18,12 +18,26 @@ also makes nova-api refuse unknown ``numa_overhead:`` keys (typos).
 """
 
 from nova.api.validation.extra_specs import base
+from nova import exception
 
 from nova_numa_overhead.overhead import planner
 from nova_numa_overhead.scheduler import request
 
+
+class Validator(base.ExtraSpecValidator):
+    """Nova's validator, with the key named in every error message."""
+
+    def validate(self, name, value):
+        try:
+            super().validate(name, value)
+        except exception.ValidationError as exc:
+            reason = str(exc).replace('Validation failed; ', '', 1)
+            raise exception.ValidationError(
+                "Validation failed for extra spec '%s': %s" % (name, reason))
+
+
 EXTRA_SPEC_VALIDATORS = [
-    base.ExtraSpecValidator(
+    Validator(
         name=request.SPEC_POLICY,
         description=(
             'How the nova-numa-overhead agent places the guest\'s memory '
@@ -32,7 +46,7 @@ EXTRA_SPEC_VALIDATORS = [
                 '``%s``: %s' % item for item in planner.POLICY_HELP.items())),
         value={'type': str, 'enum': list(planner.POLICIES)},
     ),
-    base.ExtraSpecValidator(
+    Validator(
         name=request.SPEC_MAX_LEVEL,
         description=(
             'Highest planned NUMA memory-zone overhead level a host may '
@@ -40,14 +54,14 @@ EXTRA_SPEC_VALIDATORS = [
             'aggregates and the configuration can lower it, not raise it.'),
         value={'type': int, 'min': 0},
     ),
-    base.ExtraSpecValidator(
+    Validator(
         name=request.SPEC_MAX_NODES,
         description=(
             'Number of NUMA nodes the proportional policy spreads the '
             'guest\'s memory over.'),
         value={'type': int, 'min': 1, 'max': planner.MAX_NODES_LIMIT},
     ),
-    base.ExtraSpecValidator(
+    Validator(
         name=request.SPEC_REBALANCE,
         description=(
             'Whether the agent may move this guest\'s pages periodically '

@@ -87,6 +87,17 @@ class NUMAOverheadFunctionalBase(libvirt_base.ServersTestBase):
     environment through the class attributes below; all scheduler options
     are applied with ``self.flags()`` before the scheduler starts, because
     nova's ``HostManager`` loads filters and weighers only once, at start.
+
+    Example::
+
+        class TestMyFilter(base.NUMAOverheadFunctionalBase):
+            EXTRA_FILTERS = ['MyFilter']
+            EXTRA_FILTER_PATHS = ['nova_numa_overhead.scheduler.MyFilter']
+
+            def test_it(self):
+                flavor = self.create_flavor_with_specs({'hw:numa_nodes': '2'})
+                server = self.boot(flavor, hints={'foo': 'bar'})
+                self.assertEqual('host1', self.host_of(server))
     """
 
     #: Names of the fake libvirt compute hosts to start.
@@ -129,8 +140,9 @@ class NUMAOverheadFunctionalBase(libvirt_base.ServersTestBase):
     microversion = 'latest'
 
     # Keep real RPC semantics: casts stay asynchronous and fanout casts reach
-    # every listener (nova's CastAsCallFixture would turn a fanout cast into
-    # a call to a single server).
+    # every listener. nova's CastAsCallFixture (its default) turns every
+    # cast, fanout included, into a call to a single server, which then
+    # raises MessagingTimeout if nothing listens on the topic.
     CAST_AS_CALL = False
 
     def setUp(self) -> None:

@@ -25,6 +25,7 @@ import oslo_messaging
 
 from nova import context as nova_context
 from nova import exception
+from nova import objects
 from nova import rpc
 from nova.scheduler import filters
 from nova.scheduler import weights
@@ -281,6 +282,28 @@ class FanoutRPCTestCase(base.NUMAOverheadFunctionalBase):
 
         self._wait_for(both_got_both)
         for endpoint in (endpoint_a, endpoint_b):
+            # No ordering guarantee: the threading executor dispatches
+            # incoming messages concurrently from a thread pool.
             self.assertEqual(
                 [{'host': 'host1', 'value': 42},
-                 {'host': 'host1', 'value': 43}], endpoint.received)
+                 {'host': 'host1', 'value': 43}],
+                sorted(endpoint.received, key=lambda r: r['value']))
+
+
+class NUMAFlavorTestCase(base.NUMAOverheadFunctionalBase):
+    """The fake hosts really expose two NUMA cells to NUMATopologyFilter."""
+
+    EXTRA_FILTERS = ['NUMATopologyFilter']
+
+    def test_two_node_guest_fits(self) -> None:
+        flavor = self.create_flavor_with_specs({'hw:numa_nodes': '2'})
+        server = self.boot(flavor)
+        inst = objects.Instance.get_by_uuid(
+            nova_context.get_admin_context(), server['id'])
+        self.assertEqual(2, len(inst.numa_topology.cells))
+
+    def test_three_node_guest_does_not_fit(self) -> None:
+        flavor = self.create_flavor_with_specs(
+            {'hw:numa_nodes': '3'}, vcpus=3, ram_mb=3072)
+        server = self.boot(flavor, expected_state='ERROR')
+        self.assertIn('No valid host was found', server['fault']['message'])

@@ -50,3 +50,4 @@ class TestExtraSpecValidators(testtools.TestCase):
             exc = self.assertRaises(exception.ValidationError,
                                     validators.validate, name, value)
             self.assertIn(fragment, str(exc))
+            self.assertIn(name, str(exc))
