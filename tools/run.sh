@@ -87,7 +87,14 @@ case "${1:-}" in
         log "flake8 + hacking"
         "$venv/bin/flake8" nova_numa_overhead tests benchmarks
         log "tests: unit, functional (Nova in-process), integration (RabbitMQ)"
-        "$venv/bin/stestr" run "$@"
+        out=$(mktemp)
+        trap 'rm -f "$out"' EXIT
+        rc=0
+        "$venv/bin/stestr" run "$@" | tee "$out" || rc=$?
+        count() { sed -n "s/^ - $1: \([0-9]*\)$/\1/p" "$out" | tail -n 1; }
+        printf '%s passed, %s failed, %s skipped\n' \
+            "$(count Passed)" "$(count Failed)" "$(count Skipped)"
+        exit "$rc"
         ;;
     *)
         echo "usage: $0 demo|test" >&2
