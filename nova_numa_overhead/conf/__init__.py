@@ -13,9 +13,10 @@
 
 from oslo_config import cfg
 
+from nova_numa_overhead.conf import agent
 from nova_numa_overhead.conf import numa_overhead
 
-_MODULES = (numa_overhead,)
+_MODULES = (numa_overhead, agent)
 
 
 def register_opts(conf: cfg.ConfigOpts) -> cfg.ConfigOpts:

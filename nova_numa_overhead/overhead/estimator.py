@@ -39,8 +39,11 @@ from typing import Sequence
 DEFAULT_LLC_THRESHOLDS = (0.55, 0.65, 0.75, 0.85)
 DEFAULT_MC_THRESHOLDS = (0.10, 0.20, 0.30, 0.40)
 DEFAULT_INTER_THRESHOLDS = (0.10, 0.20, 0.30, 0.40)
-# Local/remote IPC (or latency) ratio: SLIT 21/10 is level 3.
-DEFAULT_RML_THRESHOLDS = (1.25, 1.5, 2.0, 3.0)
+# Local/remote IPC (or latency) ratio: SLIT 16/10 is level 1, 21/10 level
+# 2, 22/10 and beyond level 3. A node congested at level 4 or more is then
+# two levels worse than an idle remote node one hop away, which is when the
+# paper's swap FIFO moves pages (section 4.3).
+DEFAULT_RML_THRESHOLDS = (1.3, 1.7, 2.2, 3.0)
 
 # A domain counts for a node or a pair when at least this fraction of its
 # vCPU time or memory is there.

@@ -30,8 +30,8 @@ class TestReport(base.TestCase):
         report = report_mod.from_dict(base.make_report(llc=[1, 0], mc=[2, 0]))
         view = report.view()
         self.assertEqual(3, view.overhead[0][0])
-        # MC(1) + LLC(0) + INTER(0, 1) + RML(0, 1) = 0 + 1 + 0 + 3
-        self.assertEqual(4, view.overhead[0][1])
+        # MC(1) + LLC(0) + INTER(0, 1) + RML(0, 1) = 0 + 1 + 0 + 2
+        self.assertEqual(3, view.overhead[0][1])
         self.assertEqual((0, 1), view.local_nodes)
 
     def test_newer_minor_version_is_read(self):

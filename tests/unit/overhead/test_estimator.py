@@ -70,8 +70,8 @@ class TestEstimate(testtools.TestCase):
         self.assertEqual([0, 0], levels.llc)
         self.assertEqual([0, 0], levels.mc)
         self.assertEqual([[0, 0], [0, 0]], levels.inter)
-        # SLIT 21/10 = 2.1 is level 3 with the default thresholds.
-        self.assertEqual([[0, 3], [3, 0]], levels.rml)
+        # SLIT 21/10 = 2.1 is level 2 with the default thresholds.
+        self.assertEqual([[0, 2], [2, 0]], levels.rml)
 
     def test_llc_contention_from_hit_rate(self):
         # The paper's characterization: 0.48 with one guest, 0.10 with 8.
@@ -99,10 +99,14 @@ class TestEstimate(testtools.TestCase):
         levels = estimator.estimate(
             [obs(ipc=0.62, cpu={0: 1.0}, memory={0: 1.0}),
              obs(ipc=0.31, cpu={0: 1.0}, memory={1: 1.0})], self.topo)
-        # 0.62 / 0.31 = 2.0: level 3; the other direction has no data and
-        # falls back to SLIT.
-        self.assertEqual(3, levels.rml[0][1])
-        self.assertEqual(3, levels.rml[1][0])
+        # 0.62 / 0.31 = 2.0: level 2; the other direction has no data and
+        # falls back to SLIT (2.1: level 2).
+        self.assertEqual(2, levels.rml[0][1])
+        self.assertEqual(2, levels.rml[1][0])
+        levels = estimator.estimate(
+            [obs(ipc=0.62, cpu={0: 1.0}, memory={0: 1.0}),
+             obs(ipc=0.2, cpu={0: 1.0}, memory={1: 1.0})], self.topo)
+        self.assertEqual(4, levels.rml[0][1])
         levels = estimator.estimate(
             [obs(ipc=0.62, cpu={0: 1.0}, memory={0: 1.0}),
              obs(ipc=0.55, cpu={0: 1.0}, memory={1: 1.0})], self.topo)
@@ -127,5 +131,5 @@ class TestEstimate(testtools.TestCase):
             distances=((10, 16), (16, 10)),
             bandwidth_mbps=((10000, 5000), (10000, 10000)))
         levels = estimator.static_levels(topo)
-        self.assertEqual(3, levels.rml[0][1])   # 2.0
+        self.assertEqual(2, levels.rml[0][1])   # 2.0
         self.assertEqual(0, levels.rml[1][0])   # 1.0

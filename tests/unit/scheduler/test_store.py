@@ -57,9 +57,9 @@ class TestReportStore(base.TestCase):
         self.assertEqual(len([b for b in store_mod.BUCKETS
                               if b <= entry.total_mb]), len(keys))
         # Both nodes have guests: seen from node 1 (the better local node)
-        # overheads are 4 and 1, split half and half (the nearest binary
-        # fractions to 2/7 and 5/7).
-        self.assertEqual(2.5, self.lookup(memory_mb=2048))
+        # overheads are 3 and 1, split half and half (the nearest binary
+        # fractions to 1/3 and 2/3).
+        self.assertEqual(2.0, self.lookup(memory_mb=2048))
         self.assertEqual(1, self.store.accepted)
 
     def test_rejected_report_is_logged_with_host(self):

@@ -1,0 +1,124 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""From hypervisor counters to the estimator's observations.
+
+Every sample the collector reads each guest's cumulative counters, turns
+the difference with the previous read into a :class:`~.samples.Sample` and
+adds it to the guest's sliding window. An observation of a guest is then
+its window's mean metrics plus where it runs and where its memory lies:
+
+* vCPU placement: the fraction of the guest's vCPUs whose last host CPU is
+  on each node;
+* memory placement: the fraction of the guest's memory on each node.
+
+The estimator attributes a guest's LLC hit rate to the nodes its vCPUs run
+on, its cycle loss to every (vCPU node, memory node) pair it uses and its
+IPC likewise (doc/source/admin/estimator.rst has the mapping).
+"""
+
+import dataclasses
+
+from nova_numa_overhead.overhead import classifier
+from nova_numa_overhead.overhead import estimator
+from nova_numa_overhead.overhead import samples
+
+
+@dataclasses.dataclass
+class GuestState:
+    """What the collector keeps per guest between samples."""
+
+    last: object = None          # DomainCounters of the previous read
+    last_time: float = 0.0
+    cpu: dict = dataclasses.field(default_factory=dict)
+    memory: dict = dataclasses.field(default_factory=dict)
+    memory_mb: dict = dataclasses.field(default_factory=dict)
+    delta: object = None         # last Sample
+    seconds: float = 0.0
+
+
+def fractions(per_node: dict) -> dict:
+    total = float(sum(v for v in per_node.values() if v > 0))
+    if total <= 0:
+        return {}
+    return {n: v / total for n, v in per_node.items() if v > 0}
+
+
+def cpu_fractions(vcpu_cpus, node_of_cpu: dict) -> dict:
+    counts = {}
+    for cpu in vcpu_cpus:
+        node = node_of_cpu.get(cpu)
+        if node is not None:
+            counts[node] = counts.get(node, 0) + 1
+    return fractions(counts)
+
+
+class Collector:
+    """Keeps the per-guest windows and builds observations."""
+
+    def __init__(self, window_size: int = samples.DEFAULT_WINDOW):
+        self.windows = samples.WindowSet(window_size)
+        self.guests: dict = {}
+
+    def update(self, name: str, counters, now: float) -> bool:
+        """Add a counter read; True when it made a sample."""
+        state = self.guests.get(name)
+        if state is None:
+            state = self.guests[name] = GuestState()
+        previous, state.last = state.last, counters
+        seconds, state.last_time = now - state.last_time, now
+        if previous is None or counters is None:
+            return False
+        sample = samples.Sample(
+            instructions=counters.instructions - previous.instructions,
+            cycles=counters.cycles - previous.cycles,
+            llc_references=(counters.cache_references -
+                            previous.cache_references),
+            llc_misses=counters.cache_misses - previous.cache_misses,
+            stall_cycles=counters.stalled_cycles - previous.stalled_cycles)
+        if sample.cycles < 0 or sample.instructions < 0:
+            # Counters restarted (guest rebooted, perf re-enabled).
+            return False
+        state.delta, state.seconds = sample, seconds
+        return self.windows.add(name, sample)
+
+    def place(self, name: str, cpu: dict, memory_mb: dict) -> None:
+        state = self.guests.setdefault(name, GuestState())
+        state.cpu = cpu
+        state.memory_mb = dict(memory_mb)
+        state.memory = fractions(memory_mb)
+
+    def retain(self, names) -> None:
+        keep = set(names)
+        for name in [n for n in self.guests if n not in keep]:
+            del self.guests[name]
+        self.windows.retain(keep)
+
+    def observations(self) -> list:
+        result = []
+        for name, state in self.guests.items():
+            mean = self.windows.mean(name)
+            if mean is None or not state.cpu or not state.memory:
+                continue
+            result.append(estimator.Observation(
+                llc_hit_rate=mean.llc_hit_rate, cycle_loss=mean.cycle_loss,
+                ipc=mean.ipc, cpu=state.cpu, memory=state.memory))
+        return result
+
+    def classify(self, name: str, **kwargs) -> 'classifier.Classification':
+        """Classify a guest from its latest interval (None if unknown)."""
+        state = self.guests.get(name)
+        if state is None or state.delta is None or state.seconds <= 0:
+            return None
+        d = state.delta
+        return classifier.classify(d.instructions, d.cycles,
+                                   d.llc_references, d.llc_misses,
+                                   state.seconds, **kwargs)

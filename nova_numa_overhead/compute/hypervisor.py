@@ -1,0 +1,168 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The agent's view of a hypervisor: one interface, several backends.
+
+The libvirt backend (:mod:`nova_numa_overhead.compute.libvirt_driver`, the
+only module that imports libvirt) implements it for real hosts, the
+simulator (:mod:`nova_numa_overhead.sim`) for modelled ones, and tests use
+fakes. Everything above this interface (collector, estimator, placer,
+rebalancer, agent service) is backend-agnostic.
+
+Errors: a backend raises :class:`DomainGone` when a domain vanished
+mid-operation (the agent skips it), :class:`HypervisorUnavailable` when the
+connection is down (the agent reconnects with backoff) and
+:class:`HypervisorError` for anything else it could not do.
+"""
+
+import abc
+import dataclasses
+
+
+class HypervisorError(Exception):
+    """An operation failed; the message says what and why."""
+
+
+class HypervisorUnavailable(HypervisorError):
+    """The connection to the hypervisor is down."""
+
+
+class DomainGone(HypervisorError):
+    """The domain disappeared between listing and acting."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeInfo:
+    """One NUMA node (cell) of the host."""
+
+    id: int
+    cpus: tuple          # host CPU ids of the node
+    memory_mb: int       # total memory of the node
+
+
+@dataclasses.dataclass(frozen=True)
+class HostTopology:
+    """The host's NUMA nodes and their SLIT distances (10 = local)."""
+
+    nodes: tuple                   # of NodeInfo, index = node id
+    distances: tuple               # N x N
+    latency_ns: tuple | None = None       # measured (vTRMS), optional
+    bandwidth_mbps: tuple | None = None   # measured (vTRMS), optional
+
+    @property
+    def size(self) -> int:
+        return len(self.nodes)
+
+    def node_of_cpu(self) -> dict:
+        """Host CPU id -> node id."""
+        return {cpu: node.id for node in self.nodes for cpu in node.cpus}
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainInfo:
+    """A running guest as the agent needs to know it.
+
+    ``pinned`` is set for guests Nova placed itself (strict numatune
+    memnodes, dedicated CPUs, hugepages): they are reported, never touched.
+    ``metadata_error`` says why the Nova metadata could not be read (the
+    guest is then left alone).
+    """
+
+    name: str
+    uuid: str                      # Nova instance uuid, else libvirt uuid
+    memory_mb: int
+    vcpus: int
+    extra_specs: dict
+    pinned: bool = False
+    pinned_reason: str = ''
+    nova: bool = True              # has Nova metadata
+    metadata_error: str = ''
+    pid: int | None = None         # QEMU process, where known
+    allowed_nodes: tuple = ()      # nodes the guest may use; () = all
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainCounters:
+    """Cumulative hardware counters of a domain (all vCPUs)."""
+
+    instructions: int
+    cycles: int
+    cache_references: int
+    cache_misses: int
+    stalled_cycles: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveResult:
+    """What a page move did: pages moved, and failures per errno name."""
+
+    requested: int
+    moved: int
+    failed: dict = dataclasses.field(default_factory=dict)
+
+
+class Hypervisor(metaclass=abc.ABCMeta):
+    """What the agent needs from a hypervisor."""
+
+    @abc.abstractmethod
+    def topology(self) -> HostTopology:
+        """The host's NUMA nodes, CPUs, memory and distances."""
+
+    @abc.abstractmethod
+    def free_memory_mb(self) -> list:
+        """Free memory per node, in MiB."""
+
+    @abc.abstractmethod
+    def domains(self) -> list:
+        """Running domains, as :class:`DomainInfo`."""
+
+    @abc.abstractmethod
+    def enable_counters(self, domain: DomainInfo) -> bool:
+        """Turn on the perf events the agent reads; False if unsupported."""
+
+    @abc.abstractmethod
+    def counters(self, domains) -> dict:
+        """Domain name -> :class:`DomainCounters` (absent if unknown)."""
+
+    @abc.abstractmethod
+    def vcpu_cpus(self, domain: DomainInfo) -> list:
+        """Host CPU each vCPU last ran on (-1 when unknown)."""
+
+    @abc.abstractmethod
+    def memory_per_node(self, domain: DomainInfo) -> dict:
+        """Node id -> MiB of the domain's memory on that node."""
+
+    @abc.abstractmethod
+    def set_nodeset(self, domain: DomainInfo, nodes) -> None:
+        """Restrict the domain's memory to these nodes (live numatune)."""
+
+    @abc.abstractmethod
+    def move_pages(self, domain: DomainInfo, moves, max_pages: int
+                   ) -> MoveResult:
+        """Move guest pages: ``moves`` is a list of (from, to, MiB).
+
+        At most ``max_pages`` base pages in this call. A page that cannot
+        move stays where it was and is counted by errno.
+        """
+
+    @abc.abstractmethod
+    def pin_vcpus(self, domain: DomainInfo, cpus) -> None:
+        """Narrow every vCPU's affinity to these host CPUs."""
+
+    def register_lifecycle(self, callback) -> None:
+        """Call ``callback(event, domain_name)`` on 'started'/'stopped'.
+
+        Backends without events need not implement it: the agent also
+        notices guests appearing and disappearing when it samples.
+        """
+
+    def close(self) -> None:
+        """Release the connection."""

@@ -1,0 +1,201 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Placement of a starting guest's memory (Liu & Li, sections 4.2, 5.2).
+
+On every "started" event (first boot, hard reboot, resize, migration: Nova
+rewrites the domain XML each time) the agent plans the guest's shares with
+the shared planner and the flavor's ``numa_overhead:*`` extra specs, then
+enforces them by ``[numa_overhead_agent] enforcement``:
+
+* ``off``: nothing; ``advisory``: log and notify the plan only;
+* ``nodeset``: restrict the guest to the planned nodes (live numatune);
+* ``pages``: restrict, then move pages to reach the planned shares.
+
+Safety rules, checked before anything changes: a pinned guest is never
+touched; a page never goes to a node outside the guest's allowed set; a
+guest is never restricted to nodes whose free memory (plus what it already
+has there) cannot hold all of it plus ``reserve_mb``.
+"""
+
+import dataclasses
+
+from oslo_log import log as logging
+
+from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.overhead import planner
+from nova_numa_overhead.scheduler import request
+
+LOG = logging.getLogger(__name__)
+
+OFF = 'off'
+ADVISORY = 'advisory'
+NODESET = 'nodeset'
+PAGES = 'pages'
+
+
+@dataclasses.dataclass
+class Decision:
+    """What the placer decided for one guest, and what it did."""
+
+    guest: str
+    action: str                 # skipped | planned | restricted | moved
+    reason: str
+    plan: dict = dataclasses.field(default_factory=dict)    # node -> MiB
+    before: dict = dataclasses.field(default_factory=dict)  # node -> MiB
+    moves: list = dataclasses.field(default_factory=list)   # (from, to, MiB)
+    moved_mb: float = 0.0
+    failed: dict = dataclasses.field(default_factory=dict)  # errno -> pages
+    overhead: float | None = None
+
+    def payload(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def guest_policy(domain: hv_mod.DomainInfo, managed: str,
+                 default_policy: str, default_max_nodes: int):
+    """The guest's policy, or (None, why) when it must be left alone."""
+    if domain.pinned:
+        return None, 'pinned by Nova (%s)' % (domain.pinned_reason or
+                                              'numatune/dedicated/hugepages')
+    if domain.metadata_error:
+        return None, 'unreadable Nova metadata: %s' % domain.metadata_error
+    if not domain.nova:
+        return None, 'not a Nova guest'
+    specs = domain.extra_specs or {}
+    if managed == 'opt_in' and request.SPEC_POLICY not in specs:
+        return None, 'flavor does not opt in (managed_guests=opt_in)'
+    try:
+        policy = request.policy_from_extra_specs(specs, default_policy,
+                                                 default_max_nodes)
+    except request.InvalidRequest as exc:
+        return None, 'invalid extra spec: %s' % exc
+    if policy.policy == planner.NONE:
+        return None, 'numa_overhead:policy=none'
+    return policy, ''
+
+
+def local_node(cpu: dict) -> int | None:
+    """The node most of the guest's vCPUs run on, if it is a majority."""
+    if not cpu:
+        return None
+    node, share = max(cpu.items(), key=lambda kv: (kv[1], -kv[0]))
+    return node if share > 0.5 else None
+
+
+def moves_towards(before: dict, target: dict) -> list:
+    """(from, to, MiB) moves turning ``before`` into ``target``.
+
+    Largest surplus to largest deficit first; amounts in whole MiB.
+    """
+    nodes = set(before) | set(target)
+    surplus = {n: before.get(n, 0) - target.get(n, 0) for n in nodes}
+    givers = sorted((n for n in nodes if surplus[n] >= 1),
+                    key=lambda n: (-surplus[n], n))
+    takers = sorted((n for n in nodes if surplus[n] <= -1),
+                    key=lambda n: (surplus[n], n))
+    moves = []
+    for giver in givers:
+        for taker in takers:
+            amount = int(min(surplus[giver], -surplus[taker]))
+            if amount < 1:
+                continue
+            moves.append((giver, taker, amount))
+            surplus[giver] -= amount
+            surplus[taker] += amount
+    return moves
+
+
+class Placer:
+    """Plans and enforces a starting guest's memory placement."""
+
+    def __init__(self, hypervisor, enforcement: str, reserve_mb: int,
+                 managed: str = 'floating',
+                 default_policy: str = planner.PROPORTIONAL,
+                 default_max_nodes: int = planner.DEFAULT_MAX_NODES,
+                 page_budget=None):
+        self.hv = hypervisor
+        self.enforcement = enforcement
+        self.reserve_mb = reserve_mb
+        self.managed = managed
+        self.default_policy = default_policy
+        self.default_max_nodes = default_max_nodes
+        # Callable(mb) -> max pages allowed now (the shared rate limit).
+        self.page_budget = page_budget or (lambda mb: None)
+
+    def place(self, domain: hv_mod.DomainInfo, view: planner.HostView,
+              cpu: dict, before: dict) -> Decision:
+        """Plan and enforce one guest.
+
+        :param view: the host as the agent measured it, the guest's own
+            memory not counted as used.
+        :param cpu: node -> fraction of the guest's vCPUs.
+        :param before: node -> MiB of the guest's memory now.
+        """
+        policy, why = guest_policy(domain, self.managed,
+                                   self.default_policy,
+                                   self.default_max_nodes)
+        if policy is None:
+            return Decision(domain.name, 'skipped', why, before=before)
+        allowed = set(domain.allowed_nodes or range(view.size))
+        view = restrict(view, allowed)
+        plan = planner.plan(view, max(domain.memory_mb, 1), policy.policy,
+                            policy.max_nodes, local=local_node(cpu))
+        if plan is None:
+            return Decision(domain.name, 'skipped',
+                            'no plan fits the free memory of its allowed '
+                            'nodes', before=before)
+        decision = Decision(domain.name, 'planned',
+                            'policy %s, max_nodes %d' % (policy.policy,
+                                                         policy.max_nodes),
+                            plan=dict(plan.shares), before=dict(before),
+                            overhead=plan.overhead)
+        if self.enforcement in (OFF, ADVISORY):
+            decision.moves = moves_towards(before, plan.shares)
+            decision.reason += ' (enforcement=%s)' % self.enforcement
+            return decision
+        nodes = sorted(plan.shares)
+        room = sum(view.free_mb[n] + before.get(n, 0) for n in nodes)
+        if room < domain.memory_mb + self.reserve_mb:
+            decision.action = 'skipped'
+            decision.reason = ('nodes %s cannot hold %d MiB plus reserve_mb '
+                               '%d (room %d MiB)' % (nodes, domain.memory_mb,
+                                                     self.reserve_mb, room))
+            return decision
+        self.hv.set_nodeset(domain, nodes)
+        decision.action = 'restricted'
+        if self.enforcement == PAGES:
+            decision.moves = moves_towards(
+                {n: mb for n, mb in before.items() if n in allowed},
+                plan.shares)
+            if decision.moves:
+                mb = sum(m[2] for m in decision.moves)
+                result = self.hv.move_pages(domain, decision.moves,
+                                            self.page_budget(mb))
+                decision.action = 'moved'
+                decision.moved_mb = result.moved * page_mb()
+                decision.failed = dict(result.failed)
+        return decision
+
+
+def page_mb() -> float:
+    return 4096 / (1024.0 * 1024.0)
+
+
+def restrict(view: planner.HostView, allowed) -> planner.HostView:
+    """The view with no free memory outside ``allowed``."""
+    if len(allowed) == view.size:
+        return view
+    return dataclasses.replace(
+        view, free_mb=[f if n in allowed else 0
+                       for n, f in enumerate(view.free_mb)],
+        local_nodes=tuple(n for n in view.local_nodes if n in allowed) or
+        view.local_nodes, _orders={})

@@ -1,0 +1,200 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Periodic rebalancing: the P2M swap FIFO of Liu & Li (section 4.3),
+as a Linux host allows it.
+
+The paper keeps, per guest and per memory node, a 256-entry FIFO of
+recently unused page mappings; when a node a guest uses exceeds an overhead
+threshold and the lowest-overhead node is at least two levels lower, it pops
+entries and swaps those pages there. Here, per managed guest and per node,
+a bounded FIFO holds candidate chunks of the guest's memory on that node
+(ranges of cold pages where the backend can tell, else chunks of its
+address space); a period pops chunks from hot nodes and moves them to the
+coolest node, or, when that node is full, exchanges them with another
+managed guest's chunks there. Moves are bounded per period and go through
+the shared rate limit.
+
+Only memory-intensive guests are moved (see
+:mod:`nova_numa_overhead.overhead.classifier`): ``leave`` guests are not
+touched, ``gather`` guests get their memory pulled to their vCPUs' node,
+``spread`` guests get the FIFO treatment above.
+"""
+
+import collections
+import dataclasses
+
+from nova_numa_overhead.overhead import classifier
+
+CHUNK_MB = 64
+LEVELS_LOWER = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """A candidate range of a guest's memory on one node."""
+
+    node: int
+    mb: int
+    address: int | None = None   # start address, where the backend knows
+
+
+class SwapFifo:
+    """Per-node bounded FIFOs of one guest's candidate chunks."""
+
+    def __init__(self, entries: int):
+        self.entries = entries
+        self.queues: dict = {}
+
+    def refill(self, memory_mb: dict, cold=None) -> None:
+        """Top up each node's queue from the guest's memory there.
+
+        ``cold`` (node -> list of Chunk) comes first when the backend can
+        tell which pages were not used recently.
+        """
+        for node in list(self.queues):
+            if memory_mb.get(node, 0) <= 0:
+                del self.queues[node]
+        for node, mb in memory_mb.items():
+            queue = self.queues.get(node)
+            if queue is None:
+                queue = self.queues[node] = collections.deque(
+                    maxlen=self.entries)
+            queued = sum(c.mb for c in queue)
+            for chunk in (cold or {}).get(node, ()):
+                if len(queue) >= self.entries or queued >= mb:
+                    break
+                queue.append(chunk)
+                queued += chunk.mb
+            while len(queue) < self.entries and queued + 1 <= mb:
+                size = int(min(CHUNK_MB, mb - queued))
+                queue.append(Chunk(node, size))
+                queued += size
+
+    def pop(self, node: int, want_mb: int) -> list:
+        queue = self.queues.get(node)
+        taken = []
+        got = 0
+        while queue and got < want_mb:
+            chunk = queue.popleft()
+            taken.append(chunk)
+            got += chunk.mb
+        return taken
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+
+@dataclasses.dataclass
+class GuestView:
+    """What the rebalancer needs of one managed guest."""
+
+    name: str
+    memory_mb: dict          # node -> MiB
+    local: int | None        # node of its vCPUs, if a majority
+    action: str              # classifier action
+    fifo: SwapFifo
+
+
+@dataclasses.dataclass(frozen=True)
+class Move:
+    guest: str
+    src: int
+    dst: int
+    mb: int
+    reason: str
+
+
+def plan_moves(guests, overhead, free_mb, threshold: int, budget_mb: int,
+               reserve_mb: int = 0) -> list:
+    """The moves of one rebalancing period.
+
+    :param guests: GuestView of every managed guest.
+    :param overhead: overhead[L][i] matrix of the host (estimator).
+    :param free_mb: free memory per node.
+    :param threshold: ``rebalance_threshold``: a node above it is hot.
+    :param budget_mb: most memory moved this period.
+    """
+    free = list(free_mb)
+    moves = []
+    n = len(free)
+    for guest in sorted(guests, key=lambda g: g.name):
+        if budget_mb <= 0:
+            break
+        if guest.action == classifier.LEAVE:
+            continue
+        local = guest.local
+        row = overhead[local] if local is not None else [
+            min(overhead[L][i] for L in range(n)) for i in range(n)]
+        if guest.action == classifier.GATHER and local is not None:
+            for src, mb in sorted(guest.memory_mb.items()):
+                if src == local or budget_mb <= 0:
+                    continue
+                room = free[local] - reserve_mb
+                take = int(min(mb, room, budget_mb))
+                chunks = guest.fifo.pop(src, take) if take > 0 else []
+                amount = sum(c.mb for c in chunks)
+                if amount:
+                    moves.append(Move(guest.name, src, local, amount,
+                                      'gather near vCPUs'))
+                    free[local] -= amount
+                    free[src] += amount
+                    budget_mb -= amount
+            continue
+        for src in sorted(guest.memory_mb, key=lambda i: -row[i]):
+            if budget_mb <= 0 or row[src] <= threshold:
+                break
+            dst = min(range(n), key=lambda i: (row[i], i))
+            if row[dst] > row[src] - LEVELS_LOWER:
+                break
+            want = int(min(guest.memory_mb[src], budget_mb))
+            chunks = guest.fifo.pop(src, want)
+            for chunk in chunks:
+                if free[dst] - reserve_mb >= chunk.mb:
+                    moves.append(Move(guest.name, src, dst, chunk.mb,
+                                      'node %d at level %s > %d, node %d at '
+                                      '%s' % (src, row[src], threshold, dst,
+                                              row[dst])))
+                    free[dst] -= chunk.mb
+                    free[src] += chunk.mb
+                    budget_mb -= chunk.mb
+                    continue
+                partner = _exchange_partner(guests, guest, dst, chunk.mb)
+                if partner is None:
+                    break
+                moves.append(Move(guest.name, src, dst, chunk.mb,
+                                  'exchange with %s' % partner[0]))
+                moves.append(Move(partner[0], dst, src, partner[1],
+                                  'exchange with %s' % guest.name))
+                budget_mb -= chunk.mb + partner[1]
+    return _merge(moves)
+
+
+def _exchange_partner(guests, guest, node, mb):
+    for other in sorted(guests, key=lambda g: g.name):
+        if other.name == guest.name:
+            continue
+        chunks = other.fifo.pop(node, mb)
+        if chunks:
+            return other.name, sum(c.mb for c in chunks)
+    return None
+
+
+def _merge(moves):
+    merged = collections.OrderedDict()
+    for move in moves:
+        key = (move.guest, move.src, move.dst)
+        if key in merged:
+            old = merged[key]
+            merged[key] = dataclasses.replace(old, mb=old.mb + move.mb)
+        else:
+            merged[key] = move
+    return list(merged.values())

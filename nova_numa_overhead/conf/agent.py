@@ -1,0 +1,339 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Options of the ``[numa_overhead_agent]`` group (the compute agent)."""
+
+from oslo_config import cfg
+
+from nova_numa_overhead.overhead import classifier
+from nova_numa_overhead.overhead import estimator
+from nova_numa_overhead.overhead import samples
+
+GROUP = cfg.OptGroup(
+    'numa_overhead_agent',
+    title='NUMA overhead compute agent',
+    help="""
+Options of nova-numa-overhead-agent, which runs on every compute host next to
+nova-compute and libvirtd: it measures each NUMA node's memory-zone overhead,
+reports it to the schedulers, places every managed guest's memory over
+low-overhead nodes when it starts and rebalances it periodically.
+""")
+
+
+def _thresholds(name, default, what):
+    return cfg.ListOpt(
+        name + '_thresholds',
+        item_type=cfg.types.Float(min=0.0),
+        default=[str(v) for v in default],
+        help="""
+Ascending thresholds that classify %s into overhead levels: the level is the
+number of thresholds the measured value reaches.
+
+Possible values:
+
+* A comma-separated list of strictly ascending numbers >= 0.
+
+Related options:
+
+* ``[numa_overhead_agent] llc_thresholds``, ``mc_thresholds``,
+  ``inter_thresholds``, ``rml_thresholds``
+""" % what)
+
+
+OPTS = [
+    cfg.StrOpt(
+        'connection_uri',
+        default='qemu:///system',
+        help="""
+libvirt connection URI of the local hypervisor.
+
+Possible values:
+
+* Any libvirt URI; ``test:///default`` runs against libvirt's test driver.
+
+Related options:
+
+* ``[numa_overhead_agent] hypervisor``
+"""),
+    cfg.StrOpt(
+        'hypervisor',
+        default='libvirt',
+        choices=[('libvirt', 'the local libvirt daemon '
+                  '(``connection_uri``)')],
+        help='Hypervisor backend the agent measures and acts on.'),
+    cfg.IntOpt(
+        'sample_interval',
+        default=1,
+        min=1,
+        help="""
+Seconds between two samples of the guests' hardware counters. Each guest
+keeps a sliding window of ``window_size`` samples.
+
+Possible values:
+
+* An integer >= 1.
+"""),
+    cfg.IntOpt(
+        'window_size',
+        default=samples.DEFAULT_WINDOW,
+        min=1,
+        max=1024,
+        help="""
+Samples per guest in the sliding window the estimator averages over (the
+paper uses 16).
+
+Possible values:
+
+* An integer from 1 to 1024.
+"""),
+    cfg.IntOpt(
+        'report_interval',
+        default=60,
+        min=1,
+        help="""
+Seconds between two periodic reports to the schedulers. The agent also
+reports at once when a guest starts or stops or a level changes.
+
+Possible values:
+
+* An integer >= 1.
+
+Related options:
+
+* ``[numa_overhead_agent] heartbeat_interval``
+* ``[numa_overhead] report_ttl``
+"""),
+    cfg.IntOpt(
+        'heartbeat_interval',
+        default=60,
+        min=1,
+        help="""
+Longest time without a report: the schedulers treat a host silent for
+``[numa_overhead] report_ttl`` as unknown.
+
+Possible values:
+
+* An integer >= 1, at most half of ``[numa_overhead] report_ttl``.
+"""),
+    cfg.IntOpt(
+        'rebalance_interval',
+        default=30,
+        min=0,
+        help="""
+Seconds between two rebalancing passes (the P2M swap FIFO analogue); 0
+disables rebalancing.
+
+Possible values:
+
+* An integer >= 0.
+
+Related options:
+
+* ``[numa_overhead_agent] rebalance_threshold``
+* ``[numa_overhead_agent] migrate_rate_mb_per_s``
+"""),
+    cfg.StrOpt(
+        'enforcement',
+        default='advisory',
+        choices=[
+            ('off', 'measure and report only'),
+            ('advisory', 'log (and notify) what would be done, change '
+                         'nothing'),
+            ('nodeset', 'restrict guests to the planned nodes (live '
+                        'numatune nodeset)'),
+            ('pages', 'restrict to the planned nodes and move pages to '
+                      'reach the planned shares (move_pages(2))'),
+        ],
+        help="""
+How the agent enforces placement and rebalancing decisions.
+
+Related options:
+
+* ``[numa_overhead_agent] reserve_mb``
+* ``[numa_overhead_agent] migrate_rate_mb_per_s``
+"""),
+    cfg.FloatOpt(
+        'migrate_rate_mb_per_s',
+        default=256.0,
+        min=0.0,
+        help="""
+Highest average rate of page moves, in MiB/s, summed over all guests; 0
+means no limit.
+
+Possible values:
+
+* A float >= 0.
+"""),
+    cfg.IntOpt(
+        'max_move_mb_per_period',
+        default=1024,
+        min=0,
+        help="""
+Most memory, in MiB, the rebalancer moves in one period, over all guests.
+
+Possible values:
+
+* An integer >= 0.
+"""),
+    cfg.IntOpt(
+        'fifo_entries',
+        default=256,
+        min=1,
+        max=65536,
+        help="""
+Entries of each guest's per-node swap FIFO of candidate page ranges (the
+paper uses 256).
+
+Possible values:
+
+* An integer from 1 to 65536.
+"""),
+    cfg.StrOpt(
+        'managed_guests',
+        default='floating',
+        choices=[
+            ('floating', 'every guest Nova did not pin'),
+            ('opt_in', 'only guests whose flavor sets '
+                       '``numa_overhead:policy``'),
+        ],
+        help="""
+Which guests the agent places and rebalances. Guests Nova pinned (strict
+numatune memnodes, dedicated CPUs, hugepages) are never touched.
+"""),
+    cfg.IntOpt(
+        'reserve_mb',
+        default=1024,
+        min=0,
+        help="""
+Free memory, in MiB, that must remain on the chosen nodes after a guest is
+restricted to them, so that the restriction cannot cause an out-of-memory
+kill.
+
+Possible values:
+
+* An integer >= 0.
+"""),
+    cfg.IntOpt(
+        'rebalance_threshold',
+        default=6,
+        min=0,
+        help="""
+Overhead level above which a node a guest uses triggers rebalancing, when a
+node at least two levels lower exists (Liu & Li, section 4.3).
+
+Possible values:
+
+* An integer >= 0.
+"""),
+    cfg.FloatOpt(
+        'llc_low_bound',
+        default=classifier.LLC_LOW_BOUND,
+        min=0.0,
+        help="""
+LLC references per thousand instructions below which a guest is LLC
+friendly and left alone (vProbe: 3).
+
+Possible values:
+
+* A float >= 0, below ``llc_high_bound``.
+"""),
+    cfg.FloatOpt(
+        'llc_high_bound',
+        default=classifier.LLC_HIGH_BOUND,
+        min=0.0,
+        help="""
+LLC references per thousand instructions above which a guest thrashes the
+LLC (vProbe: 20).
+
+Possible values:
+
+* A float >= 0, above ``llc_low_bound``.
+"""),
+    cfg.IntOpt(
+        'node_bandwidth_mbps',
+        default=classifier.DEFAULT_NODE_BANDWIDTH_MBPS,
+        min=1,
+        help="""
+Usable memory bandwidth of one node's controller, in MB/s, against which
+vDARM's sensitivity factor compares a guest's bandwidth demand.
+
+Possible values:
+
+* An integer >= 1.
+"""),
+    cfg.BoolOpt(
+        'colocate_vcpus',
+        default=False,
+        help="""
+Narrow a floating guest's vCPU affinity to the CPUs of the nodes holding most
+of its memory (vTRMS/vDARM), inside the host's shared CPU set. Off by
+default: Nova owns vCPU placement.
+"""),
+    cfg.StrOpt(
+        'topology_file',
+        help="""
+JSON file with a measured node-to-node latency and/or bandwidth matrix
+(``nova-numa-overhead probe`` writes it). Used instead of SLIT distances for
+the remote-access latency levels when present.
+
+Possible values:
+
+* A path, or unset to use SLIT.
+"""),
+    _thresholds('llc', estimator.DEFAULT_LLC_THRESHOLDS,
+                'LLC contention (1 - LLC hit rate)'),
+    _thresholds('mc', estimator.DEFAULT_MC_THRESHOLDS,
+                'memory-controller congestion (cycle loss of local '
+                'accesses)'),
+    _thresholds('inter', estimator.DEFAULT_INTER_THRESHOLDS,
+                'interconnect congestion (cycle loss of remote accesses)'),
+    _thresholds('rml', estimator.DEFAULT_RML_THRESHOLDS,
+                'remote-access latency (local / remote IPC ratio)'),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(GROUP)
+    conf.register_opts(OPTS, group=GROUP)
+
+
+def list_opts():
+    return {GROUP: OPTS}
+
+
+def thresholds(conf) -> estimator.Thresholds:
+    """The configured thresholds; ValueError naming the bad option."""
+    opts = conf.numa_overhead_agent
+    return estimator.Thresholds(llc=opts.llc_thresholds,
+                                mc=opts.mc_thresholds,
+                                inter=opts.inter_thresholds,
+                                rml=opts.rml_thresholds)
+
+
+def check(conf) -> None:
+    """Cross-option checks oslo.config cannot express.
+
+    :raises ValueError: naming the option and the problem.
+    """
+    opts = conf.numa_overhead_agent
+    try:
+        thresholds(conf)
+    except ValueError as exc:
+        raise ValueError('[numa_overhead_agent] %s' % exc)
+    if opts.llc_low_bound >= opts.llc_high_bound:
+        raise ValueError('[numa_overhead_agent] llc_low_bound (%s) must be '
+                         'below llc_high_bound (%s)'
+                         % (opts.llc_low_bound, opts.llc_high_bound))
+    if opts.heartbeat_interval * 2 > conf.numa_overhead.report_ttl:
+        raise ValueError('[numa_overhead_agent] heartbeat_interval (%d) must '
+                         'be at most half of [numa_overhead] report_ttl (%d)'
+                         % (opts.heartbeat_interval,
+                            conf.numa_overhead.report_ttl))

@@ -1,0 +1,382 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import dataclasses
+
+from nova_numa_overhead.compute import agent as agent_mod
+from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead import report as report_mod
+from tests import base
+from tests.unit.compute import fakes
+
+GIB = 1024
+
+
+class FakePublisher:
+
+    def __init__(self):
+        self.reports = []
+        self.up = True
+
+    def publish(self, report):
+        if not self.up:
+            return False
+        self.reports.append(report_mod.from_dict(report.to_dict()))
+        return True
+
+
+class FakeNotifier:
+
+    def __init__(self):
+        self.events = []
+
+    def info(self, ctxt, event_type, payload):
+        self.events.append((event_type, payload))
+
+
+class Clock:
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class AgentTestCase(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.hv = fakes.FakeHypervisor(nodes=4)
+        self.publisher = FakePublisher()
+        self.notifier = FakeNotifier()
+        self.clock = Clock()
+        self.slept = []
+        self.flags(group='numa_overhead_agent', enforcement='pages',
+                   reserve_mb=1024, report_interval=60,
+                   heartbeat_interval=30, migrate_rate_mb_per_s=0)
+
+    def make_agent(self):
+        return agent_mod.Agent(self.conf, self.hv, self.publisher, 'cmp-1',
+                               notifier=self.notifier, clock=self.clock,
+                               sleep=self.slept.append)
+
+    def busy(self, name, hit=0.1, loss=0.4, ipc=0.5):
+        # Deltas giving these metrics over one interval.
+        cycles = 1000000
+        refs = 100000
+        self.hv.run(name, int(ipc * cycles), cycles, refs,
+                    int((1 - hit) * refs), int(loss * cycles))
+
+
+class TestReporting(AgentTestCase):
+
+    def test_first_cycle_reports_the_host(self):
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.make_agent()
+        self.assertTrue(agent.cycle())
+        report = self.publisher.reports[-1]
+        self.assertEqual('cmp-1', report.host)
+        self.assertEqual(4, report.size)
+        self.assertEqual([1, 0, 0, 0], [n.guests for n in report.nodes])
+        self.assertEqual(65536 - 4 * GIB, report.nodes[0].free_mb)
+        self.assertEqual(8, report.nodes[0].cpus)
+        self.assertEqual([[0, 2, 2, 2]], [list(report.rml[0])])
+
+    def test_reports_on_change_and_heartbeat_only(self):
+        self.hv.add('a', {0: 4 * GIB})
+        agent = self.make_agent()
+        agent.cycle()
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual(1, len(self.publisher.reports))
+        # A guest starts: report at once.
+        self.hv.add('b', {1: 2 * GIB}, vcpu_node=1)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual(2, len(self.publisher.reports))
+        # Levels change (b becomes memory-bound): report at once.
+        for _ in range(3):
+            self.busy('b')
+            self.clock.now += 1
+            agent.cycle()
+        self.assertEqual(3, len(self.publisher.reports))
+        self.assertGreater(self.publisher.reports[-1].nodes[1].mc, 0)
+        # Quiet: the next one comes with the heartbeat (30 s).
+        self.clock.now += 29 - 3
+        agent.cycle()
+        self.assertEqual(3, len(self.publisher.reports))
+        self.clock.now += 5
+        agent.cycle()
+        self.assertEqual(4, len(self.publisher.reports))
+        # A guest stops: report at once.
+        self.hv.remove('a')
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual(5, len(self.publisher.reports))
+        seqs = [r.seq for r in self.publisher.reports]
+        self.assertEqual(sorted(set(seqs)), seqs)
+
+    def test_sync_reports_now(self):
+        agent = self.make_agent()
+        agent.cycle()
+        agent.sync()
+        self.assertEqual(2, len(self.publisher.reports))
+
+    def test_broker_down_retries_next_cycle(self):
+        agent = self.make_agent()
+        self.publisher.up = False
+        agent.cycle()
+        self.assertEqual([], self.publisher.reports)
+        self.publisher.up = True
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual(1, len(self.publisher.reports))
+
+
+class TestResilience(AgentTestCase):
+
+    def test_connection_drop_mid_cycle_then_reconnect(self):
+        self.hv.add('a', {0: 4 * GIB})
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.down = True
+        self.assertFalse(agent.cycle())
+        self.assertFalse(agent.cycle())
+        self.assertEqual([1, 2], self.slept)
+        self.assertEqual(2, self.hv.reconnects)
+        self.hv.down = False
+        self.assertTrue(agent.cycle())
+        self.assertIn('a', agent.domains)
+
+    def test_domain_destroyed_between_listing_and_acting(self):
+        self.hv.add('a', {0: 4 * GIB})
+        self.hv.add('b', {1: 4 * GIB}, vcpu_node=1)
+        agent = self.make_agent()
+        self.hv.vanish_on = ('memory_per_node', 'a')
+        self.assertTrue(agent.cycle())
+        self.assertNotIn('a', agent.domains)
+        self.assertIn('b', agent.domains)
+        self.clock.now += 1
+        self.assertTrue(agent.cycle())
+        self.assertIn('a', agent.domains)
+
+    def test_vanishing_during_placement_is_skipped(self):
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('a', {0: 4 * GIB})
+        self.hv.vanish_on = ('set_nodeset', 'a')
+        self.assertTrue(agent.cycle())
+        self.assertNotIn('a', agent.decisions)
+
+
+class TestPlacement(AgentTestCase):
+
+    def test_floating_guest_is_restricted_and_moved(self):
+        self.hv.add('busy1', {0: 8 * GIB}, vcpu_node=0)
+        self.hv.add('busy2', {1: 8 * GIB}, vcpu_node=1)
+        self.hv.add('busy3', {2: 8 * GIB}, vcpu_node=2)
+        self.hv.add('busy4', {3: 8 * GIB}, vcpu_node=3)
+        agent = self.make_agent()
+        for _ in range(2):
+            for name in ('busy1', 'busy2'):
+                self.busy(name, hit=0.05, loss=0.45)
+            self.clock.now += 1
+            agent.cycle()
+        # A new 8 GiB guest, first-touched on node 0 (the congested one).
+        self.hv.add('new', {0: 8 * GIB}, vcpu_node=2)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['new']
+        self.assertEqual('moved', decision.action)
+        self.assertEqual(8 * GIB, sum(decision.plan.values()))
+        # The congested node gets the smallest share, if any.
+        self.assertEqual(min(decision.plan.values()),
+                         decision.plan.get(0, 0) or min(
+                             decision.plan.values()))
+        self.assertLess(decision.plan.get(0, 0), decision.plan[2])
+        self.assertEqual(tuple(sorted(decision.plan)),
+                         self.hv.nodesets['new'])
+        self.assertEqual({n: float(mb) for n, mb in decision.plan.items()},
+                         {n: mb for n, mb in self.hv.memory['new'].items()
+                          if mb})
+        event, payload = self.notifier.events[-1]
+        self.assertEqual('numa_overhead.placement', event)
+        self.assertEqual('new', payload['guest'])
+        self.assertIn('Placement of new: moved', self.logger.output)
+
+    def test_pinned_guest_is_never_touched(self):
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('pinned', {0: 4 * GIB}, pinned=True)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual('skipped', agent.decisions['pinned'].action)
+        self.assertIn('pinned', agent.decisions['pinned'].reason)
+        self.assertEqual({}, self.hv.nodesets)
+        self.assertEqual([], self.hv.moves)
+        self.assertNotIn('pinned', self.hv.enabled)
+        # It is still reported.
+        self.assertEqual(1, self.publisher.reports[-1].nodes[0].guests)
+
+    def test_opt_in_and_policy_none_and_odd_metadata(self):
+        self.flags(group='numa_overhead_agent', managed_guests='opt_in')
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('plain', {0: GIB})
+        self.hv.add('optin', {0: GIB},
+                    extra_specs={'numa_overhead:policy': 'spread'})
+        self.hv.add('none', {0: GIB},
+                    extra_specs={'numa_overhead:policy': 'none'})
+        self.hv.add('odd', {0: GIB}, metadata_error='bad XML')
+        self.hv.add('bad', {0: GIB},
+                    extra_specs={'numa_overhead:policy': 'fastest'})
+        self.clock.now += 1
+        agent.cycle()
+        actions = {n: d.action for n, d in agent.decisions.items()}
+        self.assertEqual({'plain': 'skipped', 'optin': 'moved',
+                          'none': 'skipped', 'odd': 'skipped',
+                          'bad': 'skipped'}, actions)
+        self.assertIn('invalid extra spec',
+                      agent.decisions['bad'].reason)
+
+    def test_never_restricts_beyond_free_memory_plus_reserve(self):
+        self.flags(group='numa_overhead_agent', reserve_mb=4096)
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('other', {0: 12 * GIB, 1: 12 * GIB}, vcpu_node=1)
+        agent = self.make_agent()
+        agent.cycle()
+        # 4 GiB free per node. A 7 GiB guest fits in the 8 GiB the two
+        # nodes have (its own 4 GiB counted as free), but not with the
+        # 4 GiB reserve on top: no restriction.
+        self.hv.add('big', {0: 2 * GIB, 1: 2 * GIB}, memory_mb=7 * GIB)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['big']
+        self.assertEqual('skipped', decision.action)
+        self.assertIn('plus reserve_mb 4096', decision.reason)
+        self.assertNotIn('big', self.hv.nodesets)
+        self.assertEqual([], [m for m in self.hv.moves if m[0] == 'big'])
+
+    def test_never_moves_outside_allowed_nodes(self):
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('a', {0: 4 * GIB})
+        self.hv.guests['a'] = dataclasses.replace(self.hv.guests['a'],
+                                                  allowed_nodes=(0, 1))
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['a']
+        self.assertTrue(set(decision.plan).issubset({0, 1}))
+        for _, src, dst, _ in self.hv.moves:
+            self.assertIn(dst, (0, 1))
+
+    def test_advisory_changes_nothing(self):
+        self.flags(group='numa_overhead_agent', enforcement='advisory')
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=1)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual('planned', agent.decisions['a'].action)
+        self.assertEqual({}, self.hv.nodesets)
+        self.assertEqual([], self.hv.moves)
+
+    def test_failed_moves_are_counted_per_errno(self):
+        self.hv.move_failures = {'EBUSY': 3}
+        self.hv.add('x', {0: 8 * GIB}, vcpu_node=0)
+        self.hv.add('y', {1: 8 * GIB}, vcpu_node=1)
+        self.hv.add('z', {2: 8 * GIB}, vcpu_node=2)
+        self.hv.add('w', {3: 8 * GIB}, vcpu_node=3)
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual({'EBUSY': 3}, agent.decisions['a'].failed)
+        self.assertEqual({'EBUSY': 3}, agent.failures)
+
+    def test_lifecycle_started_event_places_at_once(self):
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent.on_lifecycle('started', 'a')
+        self.assertIn('a', agent.decisions)
+        # A restart (hard reboot rewrites the XML) places it again.
+        del agent.decisions['a']
+        agent.on_lifecycle('started', 'a')
+        self.assertIn('a', agent.decisions)
+
+
+class TestRebalancing(AgentTestCase):
+
+    def test_memory_bound_guest_moves_off_a_hot_node(self):
+        self.flags(group='numa_overhead_agent', rebalance_threshold=3,
+                   enforcement='pages')
+        self.hv.add('hot', {0: 8 * GIB}, vcpu_node=0,
+                    extra_specs={'numa_overhead:policy': 'local'})
+        self.hv.add('cool', {2: GIB}, vcpu_node=2)
+        agent = self.make_agent()
+        for _ in range(3):
+            # Memory-controller bound (cycle loss 0.45: level 4), LLC hit
+            # rate fine, 333 LLC references per 1000 instructions.
+            self.busy('hot', hit=0.6, loss=0.45, ipc=0.3)
+            self.clock.now += 1
+            agent.cycle()
+        moves = agent.rebalance()
+        self.assertTrue(moves)
+        self.assertTrue(all(m.src == 0 and m.dst != 0 for m in moves))
+        self.assertLessEqual(sum(m.mb for m in moves), 1024)
+        self.assertLess(self.hv.memory['hot'][0], 8 * GIB)
+        event, payload = self.notifier.events[-1]
+        self.assertEqual('numa_overhead.rebalance', event)
+        self.assertIn('Rebalance moved', self.logger.output)
+
+    def test_cpu_bound_guest_is_left_alone(self):
+        self.flags(group='numa_overhead_agent', rebalance_threshold=0)
+        self.hv.add('cpu', {0: 8 * GIB}, vcpu_node=0)
+        agent = self.make_agent()
+        for _ in range(3):
+            # 2 LLC references per 1000 instructions, IPC 2: friendly.
+            self.hv.run('cpu', 2000000, 1000000, 4000, 100, 1000)
+            self.clock.now += 1
+            agent.cycle()
+        self.assertEqual([], agent.rebalance())
+
+    def test_rebalance_off_in_flavor(self):
+        self.flags(group='numa_overhead_agent', rebalance_threshold=0)
+        self.hv.add('hot', {0: 8 * GIB}, vcpu_node=0,
+                    extra_specs={'numa_overhead:rebalance': 'false'})
+        agent = self.make_agent()
+        for _ in range(3):
+            self.busy('hot')
+            self.clock.now += 1
+            agent.cycle()
+        self.assertEqual([], agent.rebalance())
+
+
+class TestRateLimit(base.TestCase):
+
+    def test_token_bucket(self):
+        clock = Clock()
+        limit = agent_mod.RateLimit(100.0, clock)
+        self.assertEqual(100.0, limit.take(150))
+        self.assertEqual(0.0, limit.take(10))
+        clock.now += 0.5
+        self.assertEqual(50.0, limit.take(80))
+        self.assertEqual(7, agent_mod.RateLimit(0, clock).take(7))
+
+
+class TestHypervisorErrors(base.TestCase):
+
+    def test_domain_gone_is_a_hypervisor_error(self):
+        self.assertTrue(issubclass(hv_mod.DomainGone, hv_mod.HypervisorError))
