@@ -279,6 +279,13 @@ def with_extents(ranges: list, maps_text: str) -> list[Range]:
             for r in ranges if r.start in extents]
 
 
+def _shared_anonymous(path: str | None) -> bool:
+    # Shared anonymous memory (QEMU with share=on, memfd backends): shmem
+    # without a real file behind it.
+    return bool(path) and (path.startswith('/dev/zero') or
+                           path.startswith('/memfd:'))
+
+
 def guest_ram_ranges(ranges: list, min_mb: int = 64) -> list[Range]:
     """The anonymous mappings of at least ``min_mb`` resident, largest first.
 
@@ -287,7 +294,8 @@ def guest_ram_ranges(ranges: list, min_mb: int = 64) -> list[Range]:
     whose pages are worth moving.
     """
     big = [r for r in ranges
-           if r.anon and not r.huge and r.resident_bytes >= min_mb * MIB]
+           if (r.anon or _shared_anonymous(r.file)) and not r.huge and
+           r.resident_bytes >= min_mb * MIB]
     return sorted(big, key=lambda r: r.resident_bytes, reverse=True)
 
 

@@ -67,6 +67,12 @@ def query_pages(pid: int, addresses: list) -> dict:
 
 
 @numa_overhead_pctxt.entrypoint
+def page_nodes(pid: int, addresses: list) -> list:
+    """The node of each page of ``pid`` (negative errno where none)."""
+    return mover.move_pages(pid, addresses, None)
+
+
+@numa_overhead_pctxt.entrypoint
 def read_maps(pid: int) -> dict | None:
     """The text of ``/proc/<pid>/numa_maps`` and ``maps``; None if gone.
 

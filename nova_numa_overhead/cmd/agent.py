@@ -1,0 +1,181 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""``nova-numa-overhead-agent``: the compute-side service.
+
+Runs on every compute host next to nova-compute and libvirtd, on
+oslo.service's threading backend (no eventlet), with the nova.conf it
+shares with nova-compute::
+
+    nova-numa-overhead-agent --config-file /etc/nova/nova.conf
+"""
+
+import socket
+import sys
+
+from oslo_config import cfg
+from oslo_log import log as logging
+from oslo_service.backend import base as service_base
+
+LOG = logging.getLogger(__name__)
+PROG = 'nova-numa-overhead-agent'
+
+
+def _register(conf):
+    from nova_numa_overhead import conf as plugin_conf
+    plugin_conf.register_opts(conf)
+    try:
+        # nova-compute's [DEFAULT] host: the name the schedulers know.
+        conf.register_opt(cfg.StrOpt('host', default=socket.gethostname(),
+                                     sample_default='<hostname>'))
+    except cfg.DuplicateOptError:
+        pass
+
+
+def validate(conf) -> None:
+    """Read every option once, so that a bad value stops the start.
+
+    :raises ValueError: with a message naming the option.
+    """
+    from nova_numa_overhead.conf import agent as agent_conf
+    for group in ('numa_overhead', 'numa_overhead_agent'):
+        for name in conf[group]:
+            try:
+                getattr(conf[group], name)
+            except (cfg.ConfigFileValueError, ValueError) as exc:
+                raise ValueError('[%s] %s: %s' % (group, name, exc))
+    agent_conf.check(conf)
+
+
+def make_hypervisor(conf):
+    opts = conf.numa_overhead_agent
+    from nova_numa_overhead.compute import libvirt_driver
+    from nova_numa_overhead.compute import pages
+    mover = pages.PageMover() if opts.enforcement == 'pages' else None
+    return libvirt_driver.LibvirtHypervisor(opts.connection_uri,
+                                            mover=mover)
+
+
+def make_notifier(conf, host):
+    import oslo_messaging as messaging
+    transport = messaging.get_notification_transport(
+        conf, url=conf.numa_overhead.transport_url or None)
+    return messaging.Notifier(transport,
+                              publisher_id='numa-overhead-agent.%s' % host,
+                              topics=['notifications'])
+
+
+class AgentService(service_base.ServiceBase):
+    """The agent's loops as an oslo.service service.
+
+    The loops come from ``oslo_service.loopingcall``, imported in
+    :meth:`start`, once :func:`main` has chosen the threading backend.
+    """
+
+    def __init__(self, conf, hypervisor=None, publisher=None, notifier=None):
+        self.conf = conf
+        self.hypervisor = hypervisor
+        self.publisher = publisher
+        self.notifier = notifier
+        self.agent = None
+        self._loops = []
+
+    # oslo.service's launcher calls these.
+    def start(self):
+        from oslo_service import loopingcall
+
+        from nova_numa_overhead.compute import agent as agent_mod
+        from nova_numa_overhead import rpc
+        conf = self.conf
+        opts = conf.numa_overhead_agent
+        host = conf.host
+        self.hypervisor = self.hypervisor or make_hypervisor(conf)
+        self.publisher = self.publisher or rpc.ReportPublisher(conf)
+        if self.notifier is None:
+            try:
+                self.notifier = make_notifier(conf, host)
+            except Exception as exc:
+                LOG.warning('Notifications disabled: %s', exc)
+        self.agent = agent_mod.Agent(conf, self.hypervisor, self.publisher,
+                                     host, notifier=self.notifier)
+        self.hypervisor.register_lifecycle(self.agent.on_lifecycle)
+        rpc.start_agent_listener(conf, self.agent.sync)
+        LOG.info('%(prog)s for host %(host)s: enforcement %(mode)s, '
+                 'managed guests %(managed)s', {
+                     'prog': PROG, 'host': host, 'mode': opts.enforcement,
+                     'managed': opts.managed_guests})
+        for func, interval in ((self._cycle, opts.sample_interval),
+                               (self._rebalance, opts.rebalance_interval)):
+            if interval > 0:
+                loop = loopingcall.FixedIntervalLoopingCall(func)
+                loop.start(interval=interval, initial_delay=0)
+                self._loops.append(loop)
+
+    def _cycle(self):
+        try:
+            self.agent.cycle()
+        except Exception:
+            LOG.exception('Sampling cycle failed; next one in '
+                          '%d s', self.conf.numa_overhead_agent
+                          .sample_interval)
+
+    def _rebalance(self):
+        try:
+            self.agent.rebalance()
+            self.agent.colocate()
+        except Exception:
+            LOG.exception('Rebalancing failed')
+
+    def stop(self, graceful=False):
+        from nova_numa_overhead import rpc
+        for loop in self._loops:
+            loop.stop()
+        self._loops = []
+        rpc.stop_listeners()
+        if self.hypervisor is not None:
+            self.hypervisor.close()
+
+    def wait(self):
+        for loop in self._loops:
+            loop.wait()
+
+    def reset(self):
+        pass
+
+
+def main(argv=None) -> int:
+    from oslo_service import backend
+    backend.init_backend(backend.BackendType.THREADING)
+    from oslo_service import service
+
+    conf = cfg.CONF
+    _register(conf)
+    logging.register_options(conf)
+    try:
+        conf(sys.argv[1:] if argv is None else argv, project='nova',
+             prog=PROG)
+    except cfg.Error as exc:
+        print('%s: %s' % (PROG, exc), file=sys.stderr)
+        return 2
+    logging.setup(conf, PROG)
+    try:
+        validate(conf)
+    except ValueError as exc:
+        print('%s: configuration error: %s' % (PROG, exc), file=sys.stderr)
+        return 2
+    launcher = service.launch(conf, AgentService(conf),
+                              restart_method='mutate')
+    launcher.wait()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,98 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Which pages to move: the bridge from "move N MiB of this guest from node
+A to node B" to move_pages(2) on QEMU's address space.
+
+The guest's RAM is QEMU's large anonymous mappings
+(:func:`~nova_numa_overhead.compute.numa_stat.guest_ram_ranges`). The
+picker walks them in windows, asks the kernel where each page is and takes
+the pages that lie on the source node until it has enough, then moves them
+through the privileged helper. Pages the kernel refuses to move stay where
+they were and are counted by errno.
+"""
+
+import os
+
+from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import numa_stat
+
+WINDOW_PAGES = 4096
+MIB = 1024 * 1024
+PAGE_SIZE = os.sysconf('SC_PAGE_SIZE')
+
+
+class PageMover:
+    """``mover(pid, moves, max_pages) -> MoveResult`` for a backend."""
+
+    def __init__(self, read_maps=None, page_nodes=None, move_pages=None,
+                 batch_pages: int = 1024):
+        if read_maps is None or page_nodes is None or move_pages is None:
+            # The privileged helper: QEMU runs as another user.
+            from nova_numa_overhead.compute import privsep
+            read_maps = read_maps or privsep.read_maps
+            page_nodes = page_nodes or privsep.page_nodes
+            move_pages = move_pages or privsep.move_pages
+        self.read_maps = read_maps
+        self.page_nodes = page_nodes
+        self.move_pages = move_pages
+        self.batch_pages = batch_pages
+
+    def ranges(self, pid: int) -> list:
+        texts = self.read_maps(pid)
+        if texts is None:
+            raise hv_mod.DomainGone('process %d is gone' % pid)
+        ranges = numa_stat.numa_maps_ranges(texts['numa_maps'])
+        return numa_stat.guest_ram_ranges(
+            numa_stat.with_extents(ranges, texts['maps']))
+
+    def pick(self, pid: int, ranges, node: int, pages: int) -> list:
+        """Up to ``pages`` addresses of pages now on ``node``."""
+        picked = []
+        for rng in ranges:
+            if rng.end is None or not rng.pages.get(node):
+                continue
+            for start in range(rng.start, rng.end,
+                               WINDOW_PAGES * rng.page_size):
+                window = list(range(start, min(rng.end, start +
+                                               WINDOW_PAGES * rng.page_size),
+                                    rng.page_size))
+                where = self.page_nodes(pid, window)
+                picked.extend(a for a, n in zip(window, where) if n == node)
+                if len(picked) >= pages:
+                    return picked[:pages]
+        return picked
+
+    def __call__(self, pid: int, moves, max_pages) -> hv_mod.MoveResult:
+        try:
+            ranges = self.ranges(pid)
+        except (KeyError, ValueError) as exc:
+            raise hv_mod.HypervisorError('cannot read the mappings of %d: '
+                                         '%s' % (pid, exc))
+        requested = moved = 0
+        failed = {}
+        budget = max_pages
+        for src, dst, mb in moves:
+            want = int(mb * MIB // PAGE_SIZE)
+            if budget is not None:
+                want = min(want, budget - requested)
+            if want <= 0:
+                break
+            addresses = self.pick(pid, ranges, src, want)
+            if not addresses:
+                continue
+            result = self.move_pages(pid, addresses, dst, self.batch_pages)
+            requested += result['requested']
+            moved += result['moved']
+            for name, count in result['failed'].items():
+                failed[name] = failed.get(name, 0) + count
+        return hv_mod.MoveResult(requested=requested, moved=moved,
+                                 failed=failed)

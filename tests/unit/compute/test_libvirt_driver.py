@@ -1,0 +1,596 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The libvirt backend against libvirt's in-process test driver.
+
+``test:///default`` is one host per process, shared by every connection
+open at the same time and reset when the last one closes; it has two
+cells (CPUs 0-7 and 8-15, 2 and 4 GiB) and a running non-Nova guest
+called 'test'. Each test defines its own guests under unique names and
+removes them again.
+"""
+
+import dataclasses
+import os
+import time
+from unittest import mock
+import uuid as uuid_mod
+
+import fixtures
+import libvirt
+
+from nova_numa_overhead.compute import hypervisor
+from nova_numa_overhead.compute import libvirt_driver
+from nova_numa_overhead.compute import numa_stat
+from tests import base
+from tests.unit.compute import libvirt_fixtures
+
+URI = 'test:///default'
+
+
+def _error(code, domain=0, message='injected'):
+    """A libvirtError carrying this code and error domain."""
+    error = libvirt.libvirtError(message)
+    error.err = (code, domain, message, 2, None, None, None, 0, 0)
+    return error
+
+
+def _callback(event, domain_name):
+    """Signature of a lifecycle callback (for autospec)."""
+
+
+def _mover(pid, moves, max_pages):
+    """Signature of the page mover seam (for autospec)."""
+
+
+class LibvirtDriverTestCase(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.now = 1000.0
+        self.sleep = mock.create_autospec(time.sleep, side_effect=self._tick)
+        self.hv = libvirt_driver.LibvirtHypervisor(URI, sleep=self.sleep,
+                                                   clock=self._clock)
+        self.addCleanup(self.hv.close)
+        # The driver registers the event loop before its first open.
+        self.hv.topology()
+        self.conn = libvirt.open(URI)
+        self.addCleanup(self.conn.close)
+
+    def _clock(self):
+        return self.now
+
+    def _tick(self, seconds):
+        self.now += seconds
+
+    def _define(self, vcpus=2, memory_mb=512, extra_specs=None, start=True,
+                **kwargs):
+        """Define (and start) a guest; removed again after the test."""
+        name = 'instance-%s' % uuid_mod.uuid4().hex[:8]
+        uuid = str(uuid_mod.uuid4())
+        xml = libvirt_fixtures.nova_domain_xml(
+            name, uuid, memory_mb, vcpus,
+            {} if extra_specs is None else extra_specs, **kwargs)
+        dom = self.conn.defineXML(xml)
+        self.addCleanup(self._remove, name)
+        if start:
+            dom.create()
+        return dom
+
+    def _remove(self, name):
+        try:
+            dom = self.conn.lookupByName(name)
+        except libvirt.libvirtError:
+            return
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+
+    def _info(self, dom):
+        """The driver's DomainInfo of this guest."""
+        found = [d for d in self.hv.domains() if d.name == dom.name()]
+        self.assertEqual(1, len(found), found)
+        return found[0]
+
+    def _wait_for(self, predicate, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                self.fail('timed out waiting')
+            time.sleep(0.01)
+
+
+class TestHost(LibvirtDriverTestCase):
+
+    def test_topology(self):
+        topo = self.hv.topology()
+        self.assertEqual(2, topo.size)
+        self.assertEqual(tuple(range(8)), topo.nodes[0].cpus)
+        self.assertEqual(tuple(range(8, 16)), topo.nodes[1].cpus)
+        self.assertEqual([2048, 4096], [n.memory_mb for n in topo.nodes])
+        # The test driver's capabilities have no <distances>: SLIT defaults.
+        self.assertEqual(((10, 20), (20, 10)), topo.distances)
+        self.assertEqual(16, len(topo.node_of_cpu()))
+        self.assertIs(topo, self.hv.topology())
+
+    def test_free_memory(self):
+        # The test driver returns each cell's size in KiB where the API
+        # says bytes (and ignores guests): 2097152 "bytes" -> 2 MiB.
+        raw = self.conn.getCellsFreeMemory(0, 2)
+        self.assertEqual([2097152, 4194304], raw)
+        self.assertEqual([2, 4], self.hv.free_memory_mb())
+
+    def test_close_then_use_reopens(self):
+        self.hv.close()
+        self.assertEqual([2, 4], self.hv.free_memory_mb())
+        self.sleep.assert_not_called()
+
+
+class TestParsing(base.TestCase):
+
+    def test_capabilities_with_distances_and_gap(self):
+        xml = """<capabilities><host><topology><cells num='2'>
+          <cell id='0'><memory unit='GiB'>1</memory>
+            <distances><sibling id='0' value='10'/>
+                       <sibling id='2' value='32'/></distances>
+            <cpus num='2'><cpu id='1'/><cpu id='0'/></cpus></cell>
+          <cell id='2'><memory unit='KiB'>2097152</memory>
+            <distances><sibling id='0' value='32'/>
+                       <sibling id='2' value='10'/></distances>
+            <cpus num='1'><cpu id='2'/></cpus></cell>
+        </cells></topology></host></capabilities>"""
+        topo = libvirt_driver.parse_capabilities(xml)
+        self.assertEqual(3, topo.size)
+        self.assertEqual((0, 1), topo.nodes[0].cpus)
+        self.assertEqual(1024, topo.nodes[0].memory_mb)
+        self.assertEqual(hypervisor.NodeInfo(1, (), 0), topo.nodes[1])
+        self.assertEqual(2048, topo.nodes[2].memory_mb)
+        self.assertEqual(((10, 20, 32), (20, 10, 20), (32, 20, 10)),
+                         topo.distances)
+
+    def test_capabilities_without_cells(self):
+        topo = libvirt_driver.parse_capabilities(
+            '<capabilities><host/></capabilities>', fallback_cpus=4,
+            fallback_memory_mb=1024)
+        self.assertEqual(
+            (hypervisor.NodeInfo(0, (0, 1, 2, 3), 1024),), topo.nodes)
+        self.assertEqual(((10,),), topo.distances)
+
+    def test_sets(self):
+        self.assertEqual((0, 1, 3, 8, 9), libvirt_driver.parse_set(
+            '0-3,^2,8-9'))
+        self.assertEqual((), libvirt_driver.parse_set(''))
+        self.assertRaises(ValueError, libvirt_driver.parse_set, '3-1')
+        self.assertEqual('0-2,5,7-8',
+                         libvirt_driver.format_set([8, 0, 1, 2, 5, 7]))
+        self.assertEqual('1', libvirt_driver.format_set({1}))
+
+    def _xml(self, **kwargs):
+        args = dict(name='g', uuid=str(uuid_mod.uuid4()), memory_mb=512,
+                    vcpus=2, extra_specs={})
+        args.update(kwargs)
+        return libvirt_fixtures.nova_domain_xml(**args)
+
+    def test_pinned_reasons(self):
+        cases = [
+            (dict(pinned=True), 'strict numatune with memnodes'),
+            (dict(extra_specs={'hw:cpu_policy': 'dedicated'}),
+             'hw:cpu_policy=dedicated'),
+            (dict(hugepages=True), 'hugepages'),
+            (dict(extra_specs={'hw:mem_page_size': 'small'}),
+             'hw:mem_page_size=small'),
+            (dict(extra_specs={'hw:numa_nodes': '2'}), 'hw:numa_nodes=2'),
+            (dict(nodeset='0-1'), ''),
+            (dict(extra_specs={'hw:cpu_policy': 'shared'}), ''),
+        ]
+        for kwargs, reason in cases:
+            info = libvirt_driver.parse_domain(self._xml(**kwargs))
+            self.assertEqual((bool(reason), reason),
+                             (info.pinned, info.pinned_reason), kwargs)
+
+    def test_dedicated_with_vcpupin(self):
+        xml = self._xml(extra_specs={'hw:cpu_policy': 'dedicated'}).replace(
+            '<os>', '<cputune><vcpupin vcpu="0" cpuset="3"/></cputune><os>')
+        info = libvirt_driver.parse_domain(xml)
+        self.assertEqual('hw:cpu_policy=dedicated with vcpupin',
+                         info.pinned_reason)
+
+    def test_unparseable_xml(self):
+        info = libvirt_driver.parse_domain('<domain><name>x</nam',
+                                           name='x', uuid='u')
+        self.assertEqual(('x', 'u', 0), (info.name, info.uuid, info.vcpus))
+        self.assertIn('unparseable domain XML', info.metadata_error)
+        self.assertFalse(info.pinned)
+
+    def test_odd_extra_specs(self):
+        xml = self._xml(extra_specs={'hw:cpu_policy': 'dedicated'}).replace(
+            ' name="hw:cpu_policy"', '')
+        info = libvirt_driver.parse_domain(xml)
+        self.assertEqual('nova:extraSpec without a name', info.metadata_error)
+        self.assertEqual({}, info.extra_specs)
+
+    def test_old_nova_without_extra_specs(self):
+        info = libvirt_driver.parse_domain(self._xml(extra_specs=None))
+        self.assertEqual(({}, '', True),
+                         (info.extra_specs, info.metadata_error, info.nova))
+
+    def test_pid_dir_from_uri(self):
+        derive = libvirt_driver.LibvirtHypervisor._derive_pid_dir
+        self.assertEqual('/run/libvirt/qemu', derive('qemu:///system'))
+        self.assertEqual('/run/libvirt/qemu', derive('qemu+unix:///system'))
+        self.assertIsNone(derive('qemu+ssh://host/system'))
+        self.assertIsNone(derive('qemu:///session'))
+        self.assertIsNone(derive(URI))
+
+    def test_without_libvirt_python(self):
+        with mock.patch.object(libvirt_driver, 'libvirt', None):
+            error = self.assertRaises(hypervisor.HypervisorError,
+                                      libvirt_driver.LibvirtHypervisor)
+        self.assertIn('libvirt-python', str(error))
+
+
+class TestDomains(LibvirtDriverTestCase):
+
+    def test_floating_and_pinned(self):
+        floating = self._define(vcpus=2, memory_mb=512,
+                                extra_specs={'hw:cpu_policy': 'shared'})
+        pinned = self._define(vcpus=2, memory_mb=1024, pinned=True,
+                              nodeset='1',
+                              extra_specs={'hw:cpu_policy': 'dedicated'})
+        info = self._info(floating)
+        self.assertEqual(
+            (floating.UUIDString(), 512, 2, {'hw:cpu_policy': 'shared'}),
+            (info.uuid, info.memory_mb, info.vcpus, info.extra_specs))
+        self.assertEqual((True, False, '', (), None),
+                         (info.nova, info.pinned, info.metadata_error,
+                          info.allowed_nodes, info.pid))
+        info = self._info(pinned)
+        self.assertTrue(info.pinned)
+        self.assertEqual('strict numatune with memnodes', info.pinned_reason)
+        self.assertEqual((1,), info.allowed_nodes)
+        self.assertEqual(1024, info.memory_mb)
+
+    def test_only_running_domains(self):
+        dom = self._define(start=False)
+        self.assertNotIn(dom.name(), [d.name for d in self.hv.domains()])
+
+    def test_floating_with_nodeset(self):
+        info = self._info(self._define(nodeset='1'))
+        self.assertEqual(((1,), False), (info.allowed_nodes, info.pinned))
+
+    def test_garbage_metadata(self):
+        info = self._info(self._define(garbage_metadata=True))
+        self.assertTrue(info.nova)
+        self.assertIn('nova:flavor/nova:memory', info.metadata_error)
+        self.assertEqual((512, 2), (info.memory_mb, info.vcpus))
+
+    def test_unparseable_domain_xml(self):
+        dom = self._define()
+        self.useFixture(fixtures.MockPatchObject(
+            libvirt.virDomain, 'XMLDesc', autospec=True,
+            return_value='<domain'))
+        info = self._info(dom)
+        self.assertIn('unparseable', info.metadata_error)
+        self.assertEqual(dom.UUIDString(), info.uuid)
+
+    def test_non_nova_guest(self):
+        dom = self._define(nova_metadata=False)
+        info = self._info(dom)
+        self.assertEqual((False, {}, '', dom.UUIDString()),
+                         (info.nova, info.extra_specs, info.metadata_error,
+                          info.uuid))
+
+    def test_pid_file(self):
+        pid_dir = self.useFixture(fixtures.TempDir()).path
+        hv = libvirt_driver.LibvirtHypervisor(URI, pid_dir=pid_dir)
+        self.addCleanup(hv.close)
+        dom = self._define()
+        with open(os.path.join(pid_dir, dom.name() + '.pid'), 'w') as f:
+            f.write('4242\n')
+        other = self._define()
+        with open(os.path.join(pid_dir, other.name() + '.pid'), 'w') as f:
+            f.write('garbage')
+        pids = {d.name: d.pid for d in hv.domains()}
+        self.assertEqual(4242, pids[dom.name()])
+        self.assertIsNone(pids[other.name()])
+
+    def test_vanished_while_listing_is_skipped(self):
+        dom = self._define()
+        self.useFixture(fixtures.MockPatchObject(
+            libvirt.virDomain, 'XMLDesc', autospec=True,
+            side_effect=_error(libvirt.VIR_ERR_NO_DOMAIN)))
+        self.assertNotIn(dom.name(), [d.name for d in self.hv.domains()])
+
+    def test_vcpu_cpus(self):
+        info = self._info(self._define(vcpus=3, pinned=True))
+        self.assertEqual([0, 1, 2], self.hv.vcpu_cpus(info))
+
+
+class TestActions(LibvirtDriverTestCase):
+
+    def test_set_nodeset(self):
+        dom = self._define()
+        info = self._info(dom)
+        self.hv.set_nodeset(info, [1, 0])
+        self.assertEqual({'numa_mode': libvirt.VIR_DOMAIN_NUMATUNE_MEM_STRICT,
+                          'numa_nodeset': '0-1'}, dom.numaParameters())
+        self.hv.set_nodeset(info, {1})
+        self.assertEqual('1', dom.numaParameters()['numa_nodeset'])
+        self.assertEqual((1,), self._info(dom).allowed_nodes)
+
+    def test_set_nodeset_refusals(self):
+        dom = self._define()
+        info = self._info(dom)
+        # The test driver itself accepts any nodeset ('7', '0-5').
+        for nodes in ([2], [], [-1]):
+            self.assertRaises(hypervisor.HypervisorError,
+                              self.hv.set_nodeset, info, nodes)
+        self.assertEqual('', dom.numaParameters()['numa_nodeset'])
+        pinned = self._info(self._define(pinned=True))
+        error = self.assertRaises(hypervisor.HypervisorError,
+                                  self.hv.set_nodeset, pinned, [0, 1])
+        self.assertIn('strict numatune', str(error))
+
+    def test_pin_vcpus(self):
+        dom = self._define(vcpus=2)
+        self.hv.pin_vcpus(self._info(dom), [2, 3])
+        _info, maps = dom.vcpus()
+        # The test driver's CPU map has 8 CPUs (capabilities say 16).
+        expected = tuple(i in (2, 3) for i in range(len(maps[0])))
+        self.assertEqual([expected, expected], maps)
+
+    def test_pin_vcpus_refusals(self):
+        info = self._info(self._define())
+        self.assertRaises(hypervisor.HypervisorError,
+                          self.hv.pin_vcpus, info, [99])
+        self.assertRaises(hypervisor.HypervisorError,
+                          self.hv.pin_vcpus, info, [])
+        pinned = self._info(self._define(pinned=True))
+        self.assertRaises(hypervisor.HypervisorError,
+                          self.hv.pin_vcpus, pinned, [4])
+        self.assertEqual([0, 1], self.hv.vcpu_cpus(pinned))
+
+    def test_enable_counters(self):
+        dom = self._define()
+        result = self.hv.enable_counters(self._info(dom))
+        self.assertIsInstance(result, bool)
+        # The test driver accepts the events (it has no counters though).
+        self.assertTrue(result)
+        enabled = {k for k, v in dom.perfEvents().items() if v}
+        self.assertEqual(set(libvirt_driver.PERF_EVENTS), enabled)
+
+    def test_enable_counters_unsupported(self):
+        info = self._info(self._define())
+        set_perf = self.useFixture(fixtures.MockPatchObject(
+            libvirt.virDomain, 'setPerfEvents', autospec=True,
+            side_effect=_error(libvirt.VIR_ERR_SYSTEM_ERROR,
+                               libvirt.VIR_FROM_PERF))).mock
+        self.assertFalse(self.hv.enable_counters(info))
+        self.assertEqual(2, set_perf.call_count)
+        self.assertNotIn('stalled_cycles_backend',
+                         set_perf.call_args.args[1])
+
+    def test_enable_counters_core_subset(self):
+        info = self._info(self._define())
+        set_perf = self.useFixture(fixtures.MockPatchObject(
+            libvirt.virDomain, 'setPerfEvents', autospec=True,
+            side_effect=[_error(libvirt.VIR_ERR_SYSTEM_ERROR,
+                                libvirt.VIR_FROM_PERF), 0])).mock
+        self.assertTrue(self.hv.enable_counters(info))
+        self.assertEqual(2, set_perf.call_count)
+
+    def test_counters(self):
+        dom = self._define()
+        info = self._info(dom)
+        self.hv.enable_counters(info)
+        # The test driver reports no perf statistics at all.
+        self.assertEqual({}, self.hv.counters([info]))
+        other = self._define()
+        stats = {'perf.instructions': 100, 'perf.cpu_cycles': 200,
+                 'perf.cache_references': 30, 'perf.cache_misses': 3}
+        self.useFixture(fixtures.MockPatchObject(
+            libvirt.virConnect, 'domainListGetStats', autospec=True,
+            side_effect=lambda conn, doms, stats_, flags=0: [
+                (doms[0], stats), (doms[1], {})]))
+        result = self.hv.counters([info, self._info(other)])
+        self.assertEqual(
+            {dom.name(): hypervisor.DomainCounters(100, 200, 30, 3, 0)},
+            result)
+
+    def test_move_pages(self):
+        info = self._info(self._define())
+        error = self.assertRaises(hypervisor.HypervisorError,
+                                  self.hv.move_pages, info, [(0, 1, 4)], 64)
+        self.assertIn('privsep', str(error))
+        result = hypervisor.MoveResult(requested=64, moved=60,
+                                       failed={'EBUSY': 4})
+        mover = mock.create_autospec(_mover, return_value=result)
+        hv = libvirt_driver.LibvirtHypervisor(URI, mover=mover)
+        self.addCleanup(hv.close)
+        self.assertRaises(hypervisor.HypervisorError,
+                          hv.move_pages, info, [(0, 1, 4)], 64)
+        with_pid = dataclasses.replace(info, pid=77)
+        self.assertIs(result, hv.move_pages(with_pid, [(0, 1, 4)], 64))
+        mover.assert_called_once_with(77, [(0, 1, 4)], 64)
+        pinned = dataclasses.replace(with_pid, pinned=True)
+        self.assertRaises(hypervisor.HypervisorError,
+                          hv.move_pages, pinned, [(0, 1, 4)], 64)
+
+
+class TestMemoryPerNode(LibvirtDriverTestCase):
+
+    def _patch_readers(self, cgroup, numa_maps):
+        """Mock numa_stat's two readers with these mock arguments."""
+        return (
+            self.useFixture(fixtures.MockPatchObject(
+                numa_stat, 'read_cgroup_numa_stat', autospec=True,
+                **cgroup)).mock,
+            self.useFixture(fixtures.MockPatchObject(
+                numa_stat, 'read_numa_maps', autospec=True,
+                **numa_maps)).mock)
+
+    def test_estimate_without_pid(self):
+        dom = self._define(memory_mb=513)
+        info = self._info(dom)
+        self.assertEqual({0: 257, 1: 256}, self.hv.memory_per_node(info))
+        self.hv.set_nodeset(info, [1])
+        self.assertEqual({1: 513}, self.hv.memory_per_node(info))
+
+    def test_cgroup_numa_stat(self):
+        info = self._info(self._define())
+        info = dataclasses.replace(info, pid=1234)
+        cgroup, numa_maps = self._patch_readers(
+            {'return_value': {0: 100, 1: 412}}, {'return_value': {0: 1}})
+        self.assertEqual({0: 100, 1: 412}, self.hv.memory_per_node(info))
+        cgroup.assert_called_once_with(1234)
+        numa_maps.assert_not_called()
+
+    def test_numa_maps_fallback(self):
+        info = self._info(self._define())
+        info = dataclasses.replace(info, pid=1234)
+        _cgroup, numa_maps = self._patch_readers(
+            {'return_value': None}, {'return_value': {1: 512}})
+        self.assertEqual({1: 512}, self.hv.memory_per_node(info))
+        numa_maps.assert_called_once_with(1234)
+
+    def test_both_readers_fail(self):
+        info = self._info(self._define(memory_mb=512))
+        info = dataclasses.replace(info, pid=1234)
+        self._patch_readers({'side_effect': OSError('no cgroup')},
+                            {'return_value': None})
+        self.assertEqual({0: 256, 1: 256}, self.hv.memory_per_node(info))
+
+
+class TestLifecycle(LibvirtDriverTestCase):
+
+    def test_started_and_stopped(self):
+        events = []
+        broken = mock.create_autospec(
+            _callback, side_effect=RuntimeError('callback bug'))
+        self.hv.register_lifecycle(broken)
+        self.hv.register_lifecycle(lambda e, n: events.append((e, n)))
+        dom = self._define(start=False)
+        name = dom.name()
+        dom.create()
+        self._wait_for(lambda: ('started', name) in events)
+        dom.destroy()
+        self._wait_for(lambda: ('stopped', name) in events)
+        self.assertEqual([('started', name), ('stopped', name)],
+                         [e for e in events if e[1] == name])
+        broken.assert_any_call('started', name)
+
+    def test_registered_while_libvirt_is_down(self):
+        events = []
+        hv = libvirt_driver.LibvirtHypervisor(URI, sleep=self.sleep,
+                                              clock=self._clock)
+        self.addCleanup(hv.close)
+        with mock.patch.object(libvirt, 'open', autospec=True,
+                               side_effect=_error(libvirt.VIR_ERR_NO_CONNECT)):
+            hv.register_lifecycle(lambda e, n: events.append((e, n)))
+        hv.reconnect()
+        dom = self._define()
+        self._wait_for(lambda: ('started', dom.name()) in events)
+
+    def test_reregistered_after_reconnect(self):
+        events = []
+        self.hv.register_lifecycle(lambda e, n: events.append((e, n)))
+        self.hv.close()
+        self.hv.free_memory_mb()
+        dom = self._define()
+        self._wait_for(lambda: ('started', dom.name()) in events)
+
+
+class TestErrors(LibvirtDriverTestCase):
+
+    def test_undefined_domain_is_gone(self):
+        dom = self._define()
+        info = self._info(dom)
+        dom.destroy()
+        dom.undefine()
+        self.assertRaises(hypervisor.DomainGone, self.hv.vcpu_cpus, info)
+        self.assertRaises(hypervisor.DomainGone, self.hv.set_nodeset, info,
+                          [0])
+        self.assertRaises(hypervisor.DomainGone, self.hv.enable_counters,
+                          info)
+        self.assertEqual({}, self.hv.counters([info]))
+
+    def test_stopped_domain_is_gone(self):
+        # A persistent guest stays defined when it stops: libvirt says
+        # "domain is not running" (VIR_ERR_OPERATION_INVALID).
+        dom = self._define()
+        info = self._info(dom)
+        dom.destroy()
+        self.assertRaises(hypervisor.DomainGone, self.hv.vcpu_cpus, info)
+        self.assertRaises(hypervisor.DomainGone, self.hv.set_nodeset, info,
+                          [0])
+        self.assertRaises(hypervisor.DomainGone, self.hv.enable_counters,
+                          info)
+
+    def test_closed_connection_then_reconnect(self):
+        self.hv._conn.close()
+        self.assertRaises(hypervisor.HypervisorUnavailable,
+                          self.hv.free_memory_mb)
+        # Within the backoff step calls fail fast, without a new attempt.
+        error = self.assertRaises(hypervisor.HypervisorUnavailable,
+                                  self.hv.free_memory_mb)
+        self.assertIn('next attempt in 1.0 s', str(error))
+        self._tick(1)
+        self.assertEqual([2, 4], self.hv.free_memory_mb())
+        self.sleep.assert_not_called()
+
+    def test_rpc_error_then_reconnect(self):
+        dom = self._define()
+        with mock.patch.object(
+                libvirt.virConnect, 'listAllDomains', autospec=True,
+                side_effect=_error(libvirt.VIR_ERR_SYSTEM_ERROR,
+                                   libvirt.VIR_FROM_RPC)):
+            self.assertRaises(hypervisor.HypervisorUnavailable,
+                              self.hv.domains)
+        self._tick(0.25)   # the agent's own backoff, shorter than ours
+        self.hv.reconnect()
+        self.sleep.assert_called_once_with(0.75)
+        self.assertIn(dom.name(), [d.name for d in self.hv.domains()])
+
+    def test_internal_error_on_live_connection(self):
+        with mock.patch.object(
+                libvirt.virConnect, 'getCellsFreeMemory', autospec=True,
+                side_effect=_error(libvirt.VIR_ERR_INTERNAL_ERROR)):
+            error = self.assertRaises(hypervisor.HypervisorError,
+                                      self.hv.free_memory_mb)
+        self.assertNotIsInstance(error, hypervisor.HypervisorUnavailable)
+        self.assertEqual([2, 4], self.hv.free_memory_mb())
+        self.sleep.assert_not_called()
+
+    def test_reconnect_backoff(self):
+        hv = libvirt_driver.LibvirtHypervisor(
+            URI, reconnect_backoff=(1, 2, 4), sleep=self.sleep,
+            clock=self._clock)
+        self.addCleanup(hv.close)
+        with mock.patch.object(libvirt, 'open', autospec=True,
+                               side_effect=_error(libvirt.VIR_ERR_NO_CONNECT)
+                               ) as open_:
+            self.assertRaises(hypervisor.HypervisorUnavailable,
+                              hv.free_memory_mb)
+            self.assertRaises(hypervisor.HypervisorUnavailable,
+                              hv.free_memory_mb)
+            self.assertEqual(1, open_.call_count)
+            for _ in range(4):
+                self.assertRaises(hypervisor.HypervisorUnavailable,
+                                  hv.reconnect)
+            self.assertEqual(5, open_.call_count)
+        self.assertEqual([mock.call(1), mock.call(2), mock.call(4),
+                          mock.call(4)], self.sleep.call_args_list)
+        self.sleep.reset_mock()
+        self._tick(4)
+        self.assertEqual([2, 4], hv.free_memory_mb())
+        # A success resets the backoff.
+        hv.reconnect()
+        self.sleep.assert_not_called()

@@ -1,0 +1,103 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import os
+import subprocess
+import sys
+
+import testtools
+
+from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import mover
+from nova_numa_overhead.compute import pages
+
+# A stand-in for QEMU: 96 MiB of private anonymous "guest RAM" (QEMU's
+# default), every page touched.
+GUEST = """
+import mmap, sys
+ram = mmap.mmap(-1, 96 * 1024 * 1024,
+                flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for off in range(0, len(ram), mmap.PAGESIZE):
+    ram[off] = 1
+print('ready', flush=True)
+sys.stdin.read()
+"""
+
+
+def read_maps(pid):
+    texts = {}
+    for name in ('numa_maps', 'maps'):
+        try:
+            with open('/proc/%d/%s' % (pid, name)) as f:
+                texts[name] = f.read()
+        except OSError:
+            return None
+    return texts
+
+
+def move_pages(pid, addresses, node, batch):
+    result = mover.PageMover(max_batch_pages=batch, rate_mb_per_s=0).move(
+        pid, addresses, node)
+    return {'requested': result.requested, 'moved': result.moved,
+            'failed': dict(result.failed)}
+
+
+class TestPageMoverOnARealProcess(testtools.TestCase):
+    """The picker and mover on a real process (this host has node 0)."""
+
+    def setUp(self):
+        super().setUp()
+        self.proc = subprocess.Popen([sys.executable, '-c', GUEST],
+                                     stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.addCleanup(self._stop)
+        self.assertEqual('ready', self.proc.stdout.readline().strip())
+        self.mover = pages.PageMover(
+            read_maps=read_maps,
+            page_nodes=lambda pid, a: mover.move_pages(pid, a, None),
+            move_pages=move_pages)
+
+    def _stop(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+    def test_guest_ram_is_found(self):
+        ranges = self.mover.ranges(self.proc.pid)
+        self.assertTrue(ranges)
+        self.assertGreaterEqual(ranges[0].resident_bytes, 96 * pages.MIB)
+
+    def test_moves_the_asked_amount_from_the_source_node(self):
+        result = self.mover(self.proc.pid, [(0, 0, 8)], None)
+        self.assertEqual(8 * pages.MIB // pages.PAGE_SIZE, result.requested)
+        self.assertEqual(result.requested, result.moved)
+        self.assertEqual({}, result.failed)
+
+    def test_page_budget_bounds_the_move(self):
+        result = self.mover(self.proc.pid, [(0, 0, 64)], 100)
+        self.assertEqual(100, result.requested)
+
+    def test_invalid_target_node_is_counted_not_raised(self):
+        result = self.mover(self.proc.pid, [(0, 4095, 1)], None)
+        self.assertEqual(0, result.moved)
+        self.assertEqual({'ENODEV': 1 * pages.MIB // pages.PAGE_SIZE},
+                         result.failed)
+
+    def test_nothing_on_the_source_node(self):
+        result = self.mover(self.proc.pid, [(3, 0, 8)], None)
+        self.assertEqual(0, result.requested)
+
+    def test_gone_process(self):
+        self._stop()
+        self.addCleanup(lambda: None)
+        self.assertRaises(hv_mod.DomainGone, self.mover, self.proc.pid,
+                          [(0, 0, 1)], None)
+        self.assertFalse(os.path.exists('/proc/%d/maps' % self.proc.pid))
