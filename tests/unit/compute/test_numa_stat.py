@@ -211,11 +211,13 @@ class TestParseNumaMaps(testtools.TestCase):
 
     def test_guest_ram_ranges(self):
         ranges = numa_stat.numa_maps_ranges(NUMA_MAPS)
-        self.assertEqual([0x7f3a40000000],
+        # Private anonymous RAM and QEMU's memfd-backed pc.ram both count.
+        self.assertEqual([0x7f3a40000000, 0x7f3e00000000],
                          [r.start for r in numa_stat.guest_ram_ranges(ranges)])
         small = numa_stat.guest_ram_ranges(ranges, min_mb=1)
-        self.assertEqual([0x7f3a40000000, 0x55d4ca1b9000, 0x7f3c10000000,
-                          0x7f3c00000000], [r.start for r in small])
+        self.assertEqual([0x7f3a40000000, 0x7f3e00000000, 0x55d4ca1b9000,
+                          0x7f3c10000000, 0x7f3c00000000],
+                         [r.start for r in small])
 
     def test_extents_and_addresses(self):
         ranges = numa_stat.with_extents(
