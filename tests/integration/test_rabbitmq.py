@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 
+import fixtures
 from oslo_config import cfg
 from oslo_config import fixture as config_fixture
 
@@ -149,6 +150,40 @@ class TestReportsOverRabbitMQ(base.TestCase):
         late = self.listener(sync=True)
         late.wait_for(lambda line: 'compute-2' in late.hosts)
         self.assertNotIn('compute-1', late.hosts)
+
+    def test_agent_process_reports_and_answers_sync(self):
+        # The real nova-numa-overhead-agent, on libvirt's test driver.
+        first = self.listener()
+        conf_file = os.path.join(self.useFixture(
+            fixtures.TempDir()).path, 'nova.conf')
+        with open(conf_file, 'w') as f:
+            f.write('[DEFAULT]\nhost = cmp-agent\n'
+                    '[numa_overhead]\ntransport_url = %s\n'
+                    'report_topic = %s\n'
+                    '[numa_overhead_agent]\n'
+                    'connection_uri = test:///default\n'
+                    'sample_interval = 1\nreport_interval = 600\n'
+                    'heartbeat_interval = 90\nenforcement = advisory\n'
+                    % (TRANSPORT_URL, self.topic))
+        agent = subprocess.Popen(
+            [sys.executable, '-m', 'nova_numa_overhead.cmd.agent',
+             '--config-file', conf_file], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+
+        def stop_agent():
+            agent.terminate()
+            try:
+                agent.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait()
+        self.addCleanup(stop_agent)
+        first.wait_for(lambda line: 'cmp-agent' in first.hosts)
+        # Periodic reports are 90 s apart: a scheduler started now gets one
+        # only because it asks for it.
+        late = self.listener(sync=True)
+        late.wait_for(lambda line: 'cmp-agent' in late.hosts, timeout=30)
+        self.assertIsNone(agent.poll())
 
     def test_reports_flow_again_after_a_broker_restart(self):
         ctl = shutil.which('rabbitmqctl')
