@@ -26,7 +26,19 @@ def main(argv=None) -> int:
     demo.add_argument('--transport-url', default=None,
                       help='oslo.messaging URL for the reports (default: '
                            'in-memory fake://)')
+    probe = sub.add_parser(
+        'probe', help='measure the node-to-node memory latency and '
+                      'bandwidth matrix of this host (vTRMS) for '
+                      '[numa_overhead_agent] topology_file')
+    probe.add_argument('--output', required=True,
+                       help='JSON file to write')
+    probe.add_argument('--size-mb', type=int, default=256,
+                       help='buffer per measurement (default 256; at '
+                            'least 4x the last-level cache)')
+    probe.add_argument('--repeat', type=int, default=3)
     args = parser.parse_args(argv)
+    if args.command == 'probe':
+        return _probe(args)
     if args.command == 'demo':
         from nova_numa_overhead import demo as demo_mod
         try:
@@ -37,6 +49,30 @@ def main(argv=None) -> int:
             print('nova-numa-overhead demo: %s' % exc, file=sys.stderr)
             return 1
     return 2
+
+
+def _probe(args) -> int:
+    from nova_numa_overhead.compute import probe
+    try:
+        nodes = probe.host_nodes()
+        matrix = probe.measure(nodes, size_mb=args.size_mb,
+                               repeat=args.repeat)
+        probe.save(matrix, args.output)
+    except (OSError, ValueError) as exc:
+        print('nova-numa-overhead probe: %s' % exc, file=sys.stderr)
+        return 1
+    width = max(len(str(n)) for n in matrix.nodes)
+    print('latency proxy (ns per access), rows = CPU node, columns = '
+          'memory node')
+    for i, row in enumerate(matrix.latency_ns):
+        print('  %*s %s' % (width, matrix.nodes[i],
+                            ' '.join('%8.2f' % v for v in row)))
+    print('bandwidth (MB/s)')
+    for i, row in enumerate(matrix.bandwidth_mbps):
+        print('  %*s %s' % (width, matrix.nodes[i],
+                            ' '.join('%8.0f' % v for v in row)))
+    print('written to %s' % args.output)
+    return 0
 
 
 if __name__ == '__main__':

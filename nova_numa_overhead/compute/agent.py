@@ -118,12 +118,36 @@ class Agent:
             self._topology = self.hv.topology()
             self.estimator_topology = estimator.Topology(
                 distances=self._topology.distances,
-                latency_ns=self._topology.latency_ns,
-                bandwidth_mbps=self._topology.bandwidth_mbps)
+                **self._measured_matrix(self._topology))
             self.node_of_cpu = self._topology.node_of_cpu()
             self.levels = estimator.static_levels(self.estimator_topology,
                                                   self.thresholds)
         return self._topology
+
+    def _measured_matrix(self, topology) -> dict:
+        """The probe's latency/bandwidth matrix (vTRMS), if configured."""
+        if topology.latency_ns or topology.bandwidth_mbps:
+            return {'latency_ns': topology.latency_ns,
+                    'bandwidth_mbps': topology.bandwidth_mbps}
+        path = self.opts.topology_file
+        if not path:
+            return {}
+        from nova_numa_overhead.compute import probe
+        try:
+            matrix = probe.load(path, nodes=[n.id for n in topology.nodes])
+            if matrix is None:
+                LOG.warning('topology_file %s does not exist; using SLIT '
+                            'distances', path)
+                return {}
+            args = probe.as_topology_args(matrix)
+        except (OSError, ValueError) as exc:
+            LOG.warning('Ignoring topology_file %(path)s, using SLIT '
+                        'distances: %(exc)s', {'path': path, 'exc': exc})
+            return {}
+        LOG.info('Remote-access latency levels from the matrix measured '
+                 'at %(when)s (%(path)s)', {'when': matrix.measured_at,
+                                            'path': path})
+        return args
 
     # -- the sampling cycle -------------------------------------------------
 

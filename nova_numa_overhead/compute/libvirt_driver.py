@@ -32,6 +32,7 @@ Domains are looked up by libvirt uuid on every call, so a
 
 import contextlib
 import os
+import sys
 import threading
 import time
 import urllib.parse
@@ -282,6 +283,20 @@ def _run_event_loop() -> None:
             time.sleep(1)
 
 
+def _native_thread_class():
+    """threading.Thread, the native one even in an eventlet-patched process.
+
+    virEventRunDefaultImpl blocks in C: in a green thread it would stop
+    every other green thread (the agent runs on native threads; this only
+    matters when the driver is used inside an eventlet program).
+    """
+    if 'eventlet' in sys.modules:
+        from eventlet import patcher
+        if patcher.is_monkey_patched('thread'):
+            return patcher.original('threading').Thread
+    return threading.Thread
+
+
 def _ensure_event_loop() -> None:
     """Register libvirt's default event loop and run it in a thread.
 
@@ -296,7 +311,7 @@ def _ensure_event_loop() -> None:
         # Errors arrive as exceptions: do not also print them on stderr.
         libvirt.registerErrorHandler(lambda ctx, err: None, None)
         libvirt.virEventRegisterDefaultImpl()
-        _event_loop_thread = threading.Thread(
+        _event_loop_thread = _native_thread_class()(
             target=_run_event_loop, name='libvirt-events', daemon=True)
         _event_loop_thread.start()
 

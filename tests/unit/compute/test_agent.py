@@ -12,6 +12,8 @@
 
 import dataclasses
 
+import fixtures
+
 from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead import report as report_mod
@@ -380,3 +382,33 @@ class TestHypervisorErrors(base.TestCase):
 
     def test_domain_gone_is_a_hypervisor_error(self):
         self.assertTrue(issubclass(hv_mod.DomainGone, hv_mod.HypervisorError))
+
+
+class TestMeasuredTopology(AgentTestCase):
+
+    def test_probe_matrix_replaces_slit(self):
+        from nova_numa_overhead.compute import probe
+        path = self.useFixture(fixtures.TempDir()).join('topology.json')
+        # AMD-like asymmetry: node 1 reads node 0's memory 2.6x slower,
+        # node 0 reads node 1's only 1.3x slower.
+        probe.save(probe.Matrix(latency_ns=[[100.0, 130.0], [260.0, 100.0]],
+                                bandwidth_mbps=[[1e4, 8e3], [4e3, 1e4]],
+                                nodes=[0, 1], measured_at='2026-11-22',
+                                size_mb=256), path)
+        self.flags(group='numa_overhead_agent', topology_file=path)
+        self.hv = fakes.FakeHypervisor(nodes=2)
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertEqual([[0, 1], [3, 0]], agent.levels.rml)
+
+    def test_bad_or_missing_file_falls_back_to_slit(self):
+        path = self.useFixture(fixtures.TempDir()).join('topology.json')
+        with open(path, 'w') as f:
+            f.write('{"version": 1, "nodes": [0]')
+        self.hv = fakes.FakeHypervisor(nodes=2)
+        for configured in (path, path + '.missing'):
+            self.flags(group='numa_overhead_agent', topology_file=configured)
+            agent = self.make_agent()
+            agent.cycle()
+            self.assertEqual([[0, 2], [2, 0]], agent.levels.rml)
+        self.assertIn('using SLIT', self.logger.output)

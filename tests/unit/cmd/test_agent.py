@@ -1,0 +1,116 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import tempfile
+from unittest import mock
+
+import fixtures
+from oslo_config import cfg
+
+from nova_numa_overhead.cmd import agent as agent_cmd
+from tests import base
+from tests.unit.compute import fakes
+from tests.unit.compute import test_agent
+
+
+def conf_with(text):
+    conf = cfg.ConfigOpts()
+    agent_cmd._register(conf)
+    f = tempfile.NamedTemporaryFile('w', suffix='.conf', delete=False)
+    f.write(text)
+    f.close()
+    conf(['--config-file', f.name])
+    return conf
+
+
+class TestValidate(base.TestCase):
+
+    def test_good_config(self):
+        conf = conf_with('[numa_overhead_agent]\nenforcement = pages\n')
+        agent_cmd.validate(conf)
+        self.assertEqual('pages', conf.numa_overhead_agent.enforcement)
+
+    def test_bad_values_name_the_option(self):
+        for text, fragment in (
+                ('[numa_overhead_agent]\nenforcement = bogus\n',
+                 '[numa_overhead_agent] enforcement'),
+                ('[numa_overhead_agent]\nmanaged_guests = all\n',
+                 '[numa_overhead_agent] managed_guests'),
+                ('[numa_overhead_agent]\nsample_interval = 0\n',
+                 '[numa_overhead_agent] sample_interval'),
+                ('[numa_overhead_agent]\nfifo_entries = x\n',
+                 '[numa_overhead_agent] fifo_entries'),
+                ('[numa_overhead_agent]\nmc_thresholds = 0.3,0.2\n',
+                 'mc thresholds must be strictly ascending'),
+                ('[numa_overhead_agent]\nllc_low_bound = 30\n',
+                 'llc_low_bound (30.0) must be below llc_high_bound'),
+                ('[numa_overhead_agent]\nheartbeat_interval = 100\n',
+                 'heartbeat_interval (100) must be at most half')):
+            conf = conf_with(text)
+            exc = self.assertRaises(ValueError, agent_cmd.validate, conf)
+            self.assertIn(fragment, str(exc))
+
+    def test_main_stops_with_a_message(self):
+        with tempfile.NamedTemporaryFile('w', suffix='.conf') as f:
+            f.write('[numa_overhead_agent]\nenforcement = bogus\n')
+            f.flush()
+            stderr = self.useFixture(fixtures.StringStream('stderr')).stream
+            self.patch(agent_cmd.sys, 'stderr', stderr)
+            self.patch(agent_cmd.cfg, 'CONF', cfg.ConfigOpts())
+            self.assertEqual(2, agent_cmd.main(['--config-file', f.name]))
+        stderr.seek(0)
+        self.assertIn('configuration error: [numa_overhead_agent] '
+                      'enforcement', stderr.read())
+
+
+class TestAgentService(base.TestCase):
+    """start/stop with the loops mocked.
+
+    The agent process itself runs in tests/integration, on the threading
+    backend.
+    """
+
+    def test_start_runs_the_loops_and_stop_closes(self):
+        from oslo_service import loopingcall
+        loop_cls = self.useFixture(fixtures.MockPatchObject(
+            loopingcall, 'FixedIntervalLoopingCall', autospec=True)).mock
+        conf = conf_with('[DEFAULT]\nhost = cmp-9\n'
+                         '[numa_overhead]\ntransport_url = fake://\n'
+                         '[numa_overhead_agent]\nsample_interval = 2\n'
+                         'rebalance_interval = 0\n')
+        hv = fakes.FakeHypervisor(nodes=2)
+        closed = []
+        hv.close = lambda: closed.append(True)
+        publisher = test_agent.FakePublisher()
+        svc = agent_cmd.AgentService(conf, hypervisor=hv,
+                                     publisher=publisher,
+                                     notifier=test_agent.FakeNotifier())
+        svc.start()
+        # One loop (rebalancing is off), sampling every 2 s.
+        loop_cls.assert_called_once_with(svc._cycle)
+        loop_cls.return_value.start.assert_called_once_with(
+            interval=2, initial_delay=0)
+        svc._cycle()
+        self.assertEqual('cmp-9', publisher.reports[0].host)
+        svc.stop()
+        svc.wait()
+        loop_cls.return_value.stop.assert_called_once_with()
+        self.assertEqual([True], closed)
+
+    def test_a_failing_cycle_is_logged_not_raised(self):
+        svc = agent_cmd.AgentService(conf_with(''))
+        svc.agent = mock.Mock(**{'cycle.side_effect': RuntimeError('x'),
+                                 'rebalance.side_effect': KeyError('y')})
+        svc._cycle()
+        svc._rebalance()
+        self.assertIn('Sampling cycle failed', self.logger.output)
+        self.assertIn('Rebalancing failed', self.logger.output)
