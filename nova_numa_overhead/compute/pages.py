@@ -34,16 +34,21 @@ class PageMover:
     """``mover(pid, moves, max_pages) -> MoveResult`` for a backend."""
 
     def __init__(self, read_maps=None, page_nodes=None, move_pages=None,
-                 batch_pages: int = 1024):
+                 cold_pages=None, track_pages=None, batch_pages: int = 1024):
         if read_maps is None or page_nodes is None or move_pages is None:
             # The privileged helper: QEMU runs as another user.
             from nova_numa_overhead.compute import privsep
             read_maps = read_maps or privsep.read_maps
             page_nodes = page_nodes or privsep.page_nodes
             move_pages = move_pages or privsep.move_pages
+            cold_pages = cold_pages or privsep.cold_pages
+            track_pages = track_pages or privsep.track_pages
         self.read_maps = read_maps
         self.page_nodes = page_nodes
         self.move_pages = move_pages
+        # Optional: which pages were not used recently (coldpages).
+        self.cold_pages = cold_pages
+        self.track_pages = track_pages
         self.batch_pages = batch_pages
 
     def ranges(self, pid: int) -> list:
@@ -66,10 +71,32 @@ class PageMover:
                                                WINDOW_PAGES * rng.page_size),
                                     rng.page_size))
                 where = self.page_nodes(pid, window)
-                picked.extend(a for a, n in zip(window, where) if n == node)
+                on_node = [a for a, n in zip(window, where) if n == node]
+                picked.extend(self._cold_first(pid, on_node))
                 if len(picked) >= pages:
                     return picked[:pages]
         return picked
+
+    def _cold_first(self, pid, addresses):
+        """Cold pages first, then the others in address order.
+
+        Cold: not used since the last period (the swap FIFO's candidates).
+        """
+        if not addresses or self.cold_pages is None:
+            return addresses
+        cold = self.cold_pages(pid, addresses)
+        if not cold:
+            return addresses
+        cold_set = set(cold)
+        return list(cold) + [a for a in addresses if a not in cold_set]
+
+    def restart_tracking(self, pid: int, ranges) -> None:
+        """Begin the next period of cold-page tracking."""
+        if self.track_pages is None:
+            return
+        for rng in ranges:
+            if rng.end is not None:
+                self.track_pages(pid, rng.addresses())
 
     def __call__(self, pid: int, moves, max_pages) -> hv_mod.MoveResult:
         try:
@@ -94,5 +121,6 @@ class PageMover:
             moved += result['moved']
             for name, count in result['failed'].items():
                 failed[name] = failed.get(name, 0) + count
+        self.restart_tracking(pid, ranges)
         return hv_mod.MoveResult(requested=requested, moved=moved,
                                  failed=failed)

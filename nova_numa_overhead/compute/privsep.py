@@ -34,6 +34,7 @@ import os
 from oslo_privsep import capabilities as caps
 from oslo_privsep import priv_context
 
+from nova_numa_overhead.compute import coldpages
 from nova_numa_overhead.compute import mover
 
 numa_overhead_pctxt = priv_context.PrivContext(
@@ -70,6 +71,18 @@ def query_pages(pid: int, addresses: list) -> dict:
 def page_nodes(pid: int, addresses: list) -> list:
     """The node of each page of ``pid`` (negative errno where none)."""
     return mover.move_pages(pid, addresses, None)
+
+
+@numa_overhead_pctxt.entrypoint
+def track_pages(pid: int, addresses: list) -> str | None:
+    """Start a cold-page tracking period (see coldpages.start)."""
+    return coldpages.start(pid, addresses)
+
+
+@numa_overhead_pctxt.entrypoint
+def cold_pages(pid: int, addresses: list) -> list | None:
+    """Pages of ``pid`` not used since track_pages; None if unknown."""
+    return coldpages.cold(pid, addresses)
 
 
 @numa_overhead_pctxt.entrypoint

@@ -61,10 +61,13 @@ class TestPageMoverOnARealProcess(testtools.TestCase):
                                      stdout=subprocess.PIPE, text=True)
         self.addCleanup(self._stop)
         self.assertEqual('ready', self.proc.stdout.readline().strip())
+        self.tracked = []
         self.mover = pages.PageMover(
             read_maps=read_maps,
             page_nodes=lambda pid, a: mover.move_pages(pid, a, None),
-            move_pages=move_pages)
+            move_pages=move_pages,
+            cold_pages=lambda pid, a: None,
+            track_pages=lambda pid, a: self.tracked.append(len(a)))
 
     def _stop(self):
         self.proc.stdin.close()
@@ -80,6 +83,19 @@ class TestPageMoverOnARealProcess(testtools.TestCase):
         self.assertEqual(8 * pages.MIB // pages.PAGE_SIZE, result.requested)
         self.assertEqual(result.requested, result.moved)
         self.assertEqual({}, result.failed)
+
+    def test_cold_pages_are_picked_first(self):
+        ranges = self.mover.ranges(self.proc.pid)
+        first = ranges[0].start
+        page = pages.PAGE_SIZE
+        cold = [first + 5 * page, first + 9 * page]
+        self.mover.cold_pages = lambda pid, a: [x for x in cold if x in a]
+        picked = self.mover.pick(self.proc.pid, ranges, 0, 4)
+        self.assertEqual(cold + [first, first + page], picked)
+
+    def test_tracking_restarts_after_a_move(self):
+        self.mover(self.proc.pid, [(0, 0, 1)], None)
+        self.assertGreaterEqual(sum(self.tracked), 96 * 256)
 
     def test_page_budget_bounds_the_move(self):
         result = self.mover(self.proc.pid, [(0, 0, 64)], 100)
