@@ -412,3 +412,38 @@ class TestMeasuredTopology(AgentTestCase):
             agent.cycle()
             self.assertEqual([[0, 2], [2, 0]], agent.levels.rml)
         self.assertIn('using SLIT', self.logger.output)
+
+
+class TestColocation(AgentTestCase):
+
+    def test_vcpus_follow_memory_when_enabled(self):
+        self.flags(group='numa_overhead_agent', enforcement='nodeset')
+        self.hv.add('g', {1: 6 * GIB, 2: 2 * GIB}, vcpu_node=0)
+        agent = self.make_agent()
+        agent.cycle()
+        agent.colocate()
+        self.assertEqual({}, self.hv.pins)
+        self.flags(group='numa_overhead_agent', colocate_vcpus=True)
+        agent = self.make_agent()
+        agent.cycle()
+        agent.colocate()
+        self.assertEqual(tuple(range(8, 16)), self.hv.pins['g'])
+
+
+class TestFullNode(AgentTestCase):
+
+    def test_full_host_places_nothing_and_keeps_running(self):
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=8 * GIB)
+        self.hv.add('a', {0: 8 * GIB})
+        self.hv.add('b', {1: 8 * GIB}, vcpu_node=1)
+        agent = self.make_agent()
+        self.assertTrue(agent.cycle())
+        self.hv.add('c', {0: 0, 1: 0}, memory_mb=2 * GIB)
+        self.hv.free = [0, 0]
+        self.clock.now += 1
+        self.assertTrue(agent.cycle())
+        self.assertEqual('skipped', agent.decisions['c'].action)
+        self.assertEqual([], self.hv.moves)
+        self.assertEqual([0, 0], [n.free_mb for n in
+                                  self.publisher.reports[-1].nodes])
+        self.assertEqual([], agent.rebalance())

@@ -1,0 +1,139 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import testtools
+
+from nova_numa_overhead.compute import rebalancer
+from nova_numa_overhead.overhead import classifier
+
+
+def guest(name, memory, action=classifier.SPREAD, local=0, entries=256):
+    fifo = rebalancer.SwapFifo(entries)
+    fifo.refill(memory)
+    return rebalancer.GuestView(name=name, memory_mb=dict(memory),
+                                local=local, action=action, fifo=fifo)
+
+
+# Seen from node 0: node 0 hot (8), node 1 warm (5), node 2 cool (2).
+OVERHEAD = [[8, 5, 2], [9, 4, 3], [9, 5, 1]]
+
+
+class TestSwapFifo(testtools.TestCase):
+
+    def test_bounded_per_node(self):
+        fifo = rebalancer.SwapFifo(entries=4)
+        fifo.refill({0: 10 * rebalancer.CHUNK_MB, 1: 100})
+        self.assertEqual(4, len(fifo.queues[0]))
+        self.assertEqual([64, 36], [c.mb for c in fifo.queues[1]])
+
+    def test_first_in_first_out_and_cold_first(self):
+        fifo = rebalancer.SwapFifo(entries=8)
+        cold = [rebalancer.Chunk(0, 16, address=0x1000)]
+        fifo.refill({0: 256}, cold={0: cold})
+        taken = fifo.pop(0, 100)
+        self.assertEqual(0x1000, taken[0].address)
+        self.assertEqual([16, 64, 64], [c.mb for c in taken])
+
+    def test_refill_drops_nodes_the_guest_left(self):
+        fifo = rebalancer.SwapFifo(entries=8)
+        fifo.refill({0: 256, 1: 64})
+        fifo.refill({0: 256})
+        self.assertNotIn(1, fifo.queues)
+
+
+class TestTriggerRule(testtools.TestCase):
+
+    def test_hot_node_moves_to_a_node_two_levels_lower(self):
+        moves = rebalancer.plan_moves(
+            [guest('g', {0: 512})], OVERHEAD, [0, 4096, 4096], threshold=6,
+            budget_mb=10000)
+        self.assertEqual([('g', 0, 2, 512)],
+                         [(m.guest, m.src, m.dst, m.mb) for m in moves])
+        self.assertIn('node 0 at level 8 > 6, node 2 at 2', moves[0].reason)
+
+    def test_below_threshold_nothing_moves(self):
+        self.assertEqual([], rebalancer.plan_moves(
+            [guest('g', {0: 512})], OVERHEAD, [0, 4096, 4096], threshold=8,
+            budget_mb=10000))
+
+    def test_less_than_two_levels_lower_nothing_moves(self):
+        overhead = [[8, 7, 7], [8, 7, 7], [8, 7, 7]]
+        self.assertEqual([], rebalancer.plan_moves(
+            [guest('g', {0: 512})], overhead, [0, 4096, 4096], threshold=6,
+            budget_mb=10000))
+
+    def test_budget_bounds_the_period(self):
+        moves = rebalancer.plan_moves(
+            [guest('g', {0: 4096})], OVERHEAD, [0, 8192, 8192], threshold=6,
+            budget_mb=256)
+        self.assertEqual(256, sum(m.mb for m in moves))
+
+    def test_left_alone_and_gather(self):
+        moves = rebalancer.plan_moves(
+            [guest('cpu', {0: 512}, action=classifier.LEAVE),
+             guest('lat', {0: 128, 2: 256}, action=classifier.GATHER,
+                   local=0)],
+            OVERHEAD, [4096, 4096, 4096], threshold=6, budget_mb=10000)
+        self.assertEqual([('lat', 2, 0, 256)],
+                         [(m.guest, m.src, m.dst, m.mb) for m in moves])
+        self.assertEqual('gather near vCPUs', moves[0].reason)
+
+    def test_reserve_is_kept_on_the_target(self):
+        moves = rebalancer.plan_moves(
+            [guest('g', {0: 512})], OVERHEAD, [0, 0, 250], threshold=6,
+            budget_mb=10000, reserve_mb=200)
+        self.assertEqual([], moves)
+
+
+class TestExchange(testtools.TestCase):
+
+    def test_full_target_exchanges_with_another_guest(self):
+        hot = guest('hot', {0: 128})
+        other = guest('other', {2: 128}, action=classifier.LEAVE, local=2)
+        moves = rebalancer.plan_moves([hot, other], OVERHEAD, [0, 0, 0],
+                                      threshold=6, budget_mb=10000)
+        self.assertEqual(
+            {('hot', 0, 2, 128), ('other', 2, 0, 128)},
+            {(m.guest, m.src, m.dst, m.mb) for m in moves})
+        self.assertTrue(all('exchange with' in m.reason for m in moves))
+
+    def test_no_partner_no_move(self):
+        self.assertEqual([], rebalancer.plan_moves(
+            [guest('hot', {0: 128})], OVERHEAD, [0, 0, 0], threshold=6,
+            budget_mb=10000))
+
+
+class TestClassifier(testtools.TestCase):
+
+    def test_vprobe_bounds(self):
+        self.assertEqual((classifier.FRIENDLY, 2.0),
+                         classifier.llc_type(2000, 1000000))
+        self.assertEqual(classifier.FITTING,
+                         classifier.llc_type(10000, 1000000)[0])
+        self.assertEqual(classifier.THRASHING,
+                         classifier.llc_type(25000, 1000000)[0])
+        self.assertEqual(classifier.FRIENDLY, classifier.llc_type(5, 0)[0])
+
+    def test_vdarm_classes_and_actions(self):
+        # CPI < 1: insensitive, left alone.
+        c = classifier.classify(2e9, 1e9, 1e7, 1e6, 1.0)
+        self.assertEqual((0, classifier.LEAVE), (c.vdarm_class, c.action))
+        # CPI 2, little bandwidth: latency-sensitive, gathered.
+        c = classifier.classify(1e9, 2e9, 1e7, 1e6, 1.0)
+        self.assertEqual((1, classifier.GATHER), (c.vdarm_class, c.action))
+        # CPI 2, 0.5e9 misses/s x 64 B = 32 GB/s > 20 GB/s: congested.
+        c = classifier.classify(1e9, 2e9, 1e7, 5e8, 1.0)
+        self.assertEqual((2, classifier.SPREAD), (c.vdarm_class, c.action))
+        self.assertLess(c.sensitivity, 0)
+        # LLC friendly stays alone whatever its CPI.
+        c = classifier.classify(1e9, 3e9, 1e6, 1e5, 1.0)
+        self.assertEqual(classifier.LEAVE, c.action)
