@@ -28,6 +28,7 @@ guest that vanishes mid-operation is skipped; nothing a guest does stops
 the loops.
 """
 
+import collections
 import threading
 import time
 import uuid
@@ -46,6 +47,7 @@ from nova_numa_overhead import report as report_mod
 LOG = logging.getLogger(__name__)
 VERSION = '0.1.0'
 PAGES_PER_MB = 256
+MAX_DECISIONS = 64
 BACKOFF = (1, 2, 4, 8, 16, 30)
 
 
@@ -96,10 +98,10 @@ class Agent:
             default_policy=conf.numa_overhead.default_policy,
             default_max_nodes=conf.numa_overhead.default_max_nodes,
             page_budget=self._pages_allowed)
-        self.fifos: dict = {}
         self.domains: dict = {}
         self.pending: set = set()
-        self.decisions: dict = {}
+        # The latest decisions (for logs, status and tests), bounded.
+        self.decisions = collections.OrderedDict()
         self.last_report = None
         self.last_levels = None
         self.dirty = True
@@ -194,8 +196,6 @@ class Agent:
             current.pop(name, None)
         self.domains = current
         self.collector.retain(current)
-        for name in [n for n in self.fifos if n not in current]:
-            del self.fifos[name]
         self.free_mb = self.hv.free_memory_mb()
         self.levels = estimator.estimate(self.collector.observations(),
                                          self.estimator_topology,
@@ -348,7 +348,10 @@ class Agent:
             raise
         except hv_mod.HypervisorError as exc:
             decision = placer_mod.Decision(domain.name, 'failed', str(exc))
+        self.decisions.pop(domain.name, None)
         self.decisions[domain.name] = decision
+        while len(self.decisions) > MAX_DECISIONS:
+            self.decisions.popitem(last=False)
         self._count_failures(decision.failed)
         if decision.action != 'skipped' or LOG.isEnabledFor(10):
             LOG.info('Placement of %(guest)s: %(action)s, %(reason)s; '
@@ -394,10 +397,9 @@ class Agent:
             kind = self.collector.classify(
                 name, available_mbps=self.opts.node_bandwidth_mbps,
                 low=self.opts.llc_low_bound, high=self.opts.llc_high_bound)
-            fifo = self.fifos.get(name)
-            if fifo is None:
-                fifo = self.fifos[name] = rebalancer.SwapFifo(
-                    self.opts.fifo_entries)
+            # Refilled each period from where the guest's memory is; the
+            # pages themselves are picked cold first by the backend.
+            fifo = rebalancer.SwapFifo(self.opts.fifo_entries)
             fifo.refill(state.memory_mb)
             views.append(rebalancer.GuestView(
                 name=name, memory_mb=dict(state.memory_mb),

@@ -25,24 +25,46 @@ on, its cycle loss to every (vCPU node, memory node) pair it uses and its
 IPC likewise (doc/source/admin/estimator.rst has the mapping).
 """
 
-import dataclasses
 
 from nova_numa_overhead.overhead import classifier
 from nova_numa_overhead.overhead import estimator
 from nova_numa_overhead.overhead import samples
 
 
-@dataclasses.dataclass
 class GuestState:
-    """What the collector keeps per guest between samples."""
+    """What the collector keeps per guest between samples.
 
-    last: object = None          # DomainCounters of the previous read
-    last_time: float = 0.0
-    cpu: dict = dataclasses.field(default_factory=dict)
-    memory: dict = dataclasses.field(default_factory=dict)
-    memory_mb: dict = dataclasses.field(default_factory=dict)
-    delta: object = None         # last Sample
-    seconds: float = 0.0
+    Placement is kept as tuples of (node, value) pairs, handed out as
+    dicts: a guest costs the agent well under 2 KiB.
+    """
+
+    __slots__ = ('last', 'last_time', '_cpu', '_memory', 'delta', 'seconds')
+
+    def __init__(self):
+        self.last = None         # DomainCounters of the previous read
+        self.last_time = 0.0
+        self._cpu = ()
+        self._memory = ()
+        self.delta = None        # (instructions, cycles, refs, misses)
+        self.seconds = 0.0
+
+    @property
+    def cpu(self) -> dict:
+        """Node -> fraction of the guest's vCPUs there."""
+        return dict(self._cpu)
+
+    @cpu.setter
+    def cpu(self, value: dict) -> None:
+        self._cpu = tuple(value.items())
+
+    @property
+    def memory_mb(self) -> dict:
+        """Node -> MiB of the guest's memory there."""
+        return dict(self._memory)
+
+    @memory_mb.setter
+    def memory_mb(self, value: dict) -> None:
+        self._memory = tuple(value.items())
 
 
 def fractions(per_node: dict) -> dict:
@@ -87,14 +109,17 @@ class Collector:
         if sample.cycles < 0 or sample.instructions < 0:
             # Counters restarted (guest rebooted, perf re-enabled).
             return False
-        state.delta, state.seconds = sample, seconds
+        state.delta = (sample.instructions, sample.cycles,
+                       sample.llc_references, sample.llc_misses)
+        state.seconds = seconds
         return self.windows.add(name, sample)
 
     def place(self, name: str, cpu: dict, memory_mb: dict) -> None:
-        state = self.guests.setdefault(name, GuestState())
+        state = self.guests.get(name)
+        if state is None:
+            state = self.guests[name] = GuestState()
         state.cpu = cpu
-        state.memory_mb = dict(memory_mb)
-        state.memory = fractions(memory_mb)
+        state.memory_mb = memory_mb
 
     def retain(self, names) -> None:
         keep = set(names)
@@ -106,11 +131,13 @@ class Collector:
         result = []
         for name, state in self.guests.items():
             mean = self.windows.mean(name)
-            if mean is None or not state.cpu or not state.memory:
+            memory = fractions(state.memory_mb)
+            cpu = state.cpu
+            if mean is None or not cpu or not memory:
                 continue
             result.append(estimator.Observation(
                 llc_hit_rate=mean.llc_hit_rate, cycle_loss=mean.cycle_loss,
-                ipc=mean.ipc, cpu=state.cpu, memory=state.memory))
+                ipc=mean.ipc, cpu=cpu, memory=memory))
         return result
 
     def classify(self, name: str, **kwargs) -> 'classifier.Classification':
@@ -118,7 +145,6 @@ class Collector:
         state = self.guests.get(name)
         if state is None or state.delta is None or state.seconds <= 0:
             return None
-        d = state.delta
-        return classifier.classify(d.instructions, d.cycles,
-                                   d.llc_references, d.llc_misses,
+        instructions, cycles, refs, misses = state.delta
+        return classifier.classify(instructions, cycles, refs, misses,
                                    state.seconds, **kwargs)

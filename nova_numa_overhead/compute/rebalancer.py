@@ -16,12 +16,15 @@ The paper keeps, per guest and per memory node, a 256-entry FIFO of
 recently unused page mappings; when a node a guest uses exceeds an overhead
 threshold and the lowest-overhead node is at least two levels lower, it pops
 entries and swaps those pages there. Here, per managed guest and per node,
-a bounded FIFO holds candidate chunks of the guest's memory on that node
-(ranges of cold pages where the backend can tell, else chunks of its
-address space); a period pops chunks from hot nodes and moves them to the
-coolest node, or, when that node is full, exchanges them with another
-managed guest's chunks there. Moves are bounded per period and go through
-the shared rate limit.
+a bounded FIFO (``fifo_entries`` chunks of 64 MiB) holds candidate chunks of
+the guest's memory on that node, refilled every period from where the
+guest's memory lies; a period pops chunks from hot nodes and moves them to
+the coolest node, or, when that node is full, exchanges them with another
+managed guest's chunks there. Which pages make up a chunk is the backend's
+choice: the libvirt backend takes pages not used since the last period
+first (idle page tracking or soft-dirty bits, see
+:mod:`nova_numa_overhead.compute.coldpages`), then address order. Moves
+are bounded per period and go through the shared rate limit.
 
 Only memory-intensive guests are moved (see
 :mod:`nova_numa_overhead.overhead.classifier`): ``leave`` guests are not
@@ -48,11 +51,20 @@ class Chunk:
 
 
 class SwapFifo:
-    """Per-node bounded FIFOs of one guest's candidate chunks."""
+    """Per-node bounded FIFOs of one guest's candidate chunks.
+
+    Cold chunks (with addresses, where the backend can tell) are kept as
+    such; the rest of a node's queue is chunks of the guest's address
+    space in order, which are interchangeable, so only their amount is
+    kept: a guest costs a few dozen bytes, not a chunk object per entry.
+    """
+
+    __slots__ = ('entries', 'cold', 'plain')
 
     def __init__(self, entries: int):
         self.entries = entries
-        self.queues: dict = {}
+        self.cold: dict = {}    # node -> deque of Chunk with an address
+        self.plain: dict = {}   # node -> MiB queued in address order
 
     def refill(self, memory_mb: dict, cold=None) -> None:
         """Top up each node's queue from the guest's memory there.
@@ -60,37 +72,56 @@ class SwapFifo:
         ``cold`` (node -> list of Chunk) comes first when the backend can
         tell which pages were not used recently.
         """
-        for node in list(self.queues):
-            if memory_mb.get(node, 0) <= 0:
-                del self.queues[node]
+        for node in [n for n in self.plain if memory_mb.get(n, 0) <= 0]:
+            del self.plain[node]
+            self.cold.pop(node, None)
         for node, mb in memory_mb.items():
-            queue = self.queues.get(node)
-            if queue is None:
-                queue = self.queues[node] = collections.deque(
-                    maxlen=self.entries)
-            queued = sum(c.mb for c in queue)
-            for chunk in (cold or {}).get(node, ()):
-                if len(queue) >= self.entries or queued >= mb:
+            if mb <= 0:
+                continue
+            queue = self.cold.get(node)
+            fresh = (cold or {}).get(node, ())
+            if fresh and queue is None:
+                queue = self.cold[node] = collections.deque()
+            queued = sum(c.mb for c in queue) if queue else 0
+            for chunk in fresh:
+                if len(queue) >= self.entries or queued + chunk.mb > mb:
                     break
                 queue.append(chunk)
                 queued += chunk.mb
-            while len(queue) < self.entries and queued + 1 <= mb:
-                size = int(min(CHUNK_MB, mb - queued))
-                queue.append(Chunk(node, size))
-                queued += size
+            room = self.entries - (len(queue) if queue else 0)
+            self.plain[node] = int(max(0, min(mb - queued,
+                                              room * CHUNK_MB)))
+
+    def entries_of(self, node: int) -> list:
+        """Chunk sizes queued for ``node``, first out first."""
+        sizes = [c.mb for c in self.cold.get(node, ())]
+        plain = self.plain.get(node, 0)
+        sizes.extend([CHUNK_MB] * (plain // CHUNK_MB))
+        if plain % CHUNK_MB:
+            sizes.append(plain % CHUNK_MB)
+        return sizes
 
     def pop(self, node: int, want_mb: int) -> list:
-        queue = self.queues.get(node)
         taken = []
         got = 0
+        queue = self.cold.get(node)
         while queue and got < want_mb:
             chunk = queue.popleft()
             taken.append(chunk)
             got += chunk.mb
+        plain = self.plain.get(node, 0)
+        while plain > 0 and got < want_mb:
+            size = min(CHUNK_MB, plain)
+            taken.append(Chunk(node, size))
+            plain -= size
+            got += size
+        if node in self.plain:
+            self.plain[node] = plain
         return taken
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self.queues.values())
+        return sum(len(self.entries_of(n)) for n in
+                   set(self.plain) | set(self.cold))
 
 
 @dataclasses.dataclass

@@ -32,8 +32,9 @@ class TestSwapFifo(testtools.TestCase):
     def test_bounded_per_node(self):
         fifo = rebalancer.SwapFifo(entries=4)
         fifo.refill({0: 10 * rebalancer.CHUNK_MB, 1: 100})
-        self.assertEqual(4, len(fifo.queues[0]))
-        self.assertEqual([64, 36], [c.mb for c in fifo.queues[1]])
+        self.assertEqual(4, len(fifo.entries_of(0)))
+        self.assertEqual([64, 36], fifo.entries_of(1))
+        self.assertEqual(6, len(fifo))
 
     def test_first_in_first_out_and_cold_first(self):
         fifo = rebalancer.SwapFifo(entries=8)
@@ -47,7 +48,7 @@ class TestSwapFifo(testtools.TestCase):
         fifo = rebalancer.SwapFifo(entries=8)
         fifo.refill({0: 256, 1: 64})
         fifo.refill({0: 256})
-        self.assertNotIn(1, fifo.queues)
+        self.assertEqual([], fifo.entries_of(1))
 
 
 class TestTriggerRule(testtools.TestCase):
