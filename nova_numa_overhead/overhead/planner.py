@@ -19,13 +19,13 @@ guest at.
 Proportional policy, seen from a local node L (the node the guest's vCPUs
 run on; when unknown every node is tried and the best plan kept):
 
-1. A node with no active guests that can hold the whole request gets it,
-   the local node first, then remote nodes by distance.
-2. Otherwise nodes are grouped by a step threshold that starts at 0 and
-   rises by 2 (overheads 0, 1-2, 3-4, ...); groups are taken in ascending
-   order, nearest node first inside a group, until ``max_nodes`` nodes are
-   chosen and their free memory holds the request (more nodes are taken
-   only when ``max_nodes`` cannot hold it).
+1. A node with no active guests that can hold the whole request gets it:
+   the local node first, then the nearest remote node whose overhead seen
+   from the local node is at least two levels below the local node's.
+2. Otherwise a step threshold starts at 0 and rises by 2 (overheads 0,
+   1-2, 3-4, ...) until the nodes under it, at most ``max_nodes`` of them
+   (nearest first within a step), can hold the request; more nodes are
+   taken only when ``max_nodes`` nodes cannot hold it.
 3. Shares are proportional to ``1 / (1 + overhead)``, rounded to binary
    fractions of the request: every share is one power-of-two block
    (1/2, 1/4, 1/8 ... of the request), the blocks add up to the request, a
@@ -235,25 +235,40 @@ def _greedy_fractions(overheads, ideal):
 
 def _select(view: HostView, local: int, request_mb: int,
             max_nodes: int) -> list:
+    order = view.order_from(local)
+    row = view.overhead[local]
+    free = view.free_mb
+    # Raise the step threshold (0, 2, 4, ...) until the candidates under
+    # it, at most max_nodes of them, hold the request.
+    for step in sorted({math.ceil(row[i] / STEP) for i in order}):
+        chosen = [i for i in order
+                  if math.ceil(row[i] / STEP) <= step][:max_nodes]
+        if sum(free[i] for i in chosen) >= request_mb:
+            return chosen
+    # max_nodes nodes cannot hold it: take more, lowest overhead first.
     chosen = []
     room = 0
-    for node in view.order_from(local):
+    for node in order:
         chosen.append(node)
-        room += view.free_mb[node]
-        if len(chosen) >= max_nodes and room >= request_mb:
+        room += free[node]
+        if room >= request_mb:
             break
     return chosen
 
 
 def _proportional(view, local, request_mb, max_nodes):
     dist = view.distances[local]
+    row = view.overhead[local]
+    # An empty remote node only wins over the local node when it is at
+    # least two levels cheaper (the swap FIFO's margin): its remote-latency
+    # and interconnect levels count, and its links carry no traffic yet.
     empty = [i for i in range(view.size)
-             if view.guests[i] == 0 and view.free_mb[i] >= request_mb]
+             if view.guests[i] == 0 and view.free_mb[i] >= request_mb and
+             (i == local or row[i] <= row[local] - STEP)]
     if empty:
-        node = min(empty, key=lambda i: (i != local, dist[i], i))
+        node = min(empty, key=lambda i: (i != local, dist[i], row[i], i))
         return _finish(PROPORTIONAL, view, local, [node], [request_mb])
     nodes = _select(view, local, request_mb, max_nodes)
-    row = view.overhead[local]
     amounts = split_binary(request_mb, [row[i] for i in nodes],
                            [view.free_mb[i] for i in nodes])
     if amounts is None:

@@ -108,7 +108,7 @@ class TestReporting(AgentTestCase):
         self.assertEqual(2, len(self.publisher.reports))
         # Levels change (b becomes memory-bound): report at once.
         for _ in range(3):
-            self.busy('b')
+            self.busy('b', loss=0.9)
             self.clock.now += 1
             agent.cycle()
         self.assertEqual(3, len(self.publisher.reports))
@@ -301,7 +301,8 @@ class TestPlacement(AgentTestCase):
         self.hv.add('w', {3: 8 * GIB}, vcpu_node=3)
         agent = self.make_agent()
         agent.cycle()
-        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        # First-touched on node 0, vCPUs on node 1: its memory moves.
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=1)
         self.clock.now += 1
         agent.cycle()
         self.assertEqual({'EBUSY': 3}, agent.decisions['a'].failed)
@@ -329,9 +330,9 @@ class TestRebalancing(AgentTestCase):
         self.hv.add('cool', {2: GIB}, vcpu_node=2)
         agent = self.make_agent()
         for _ in range(3):
-            # Memory-controller bound (cycle loss 0.45: level 4), LLC hit
+            # Memory-controller bound (cycle loss 0.9: level 4), LLC hit
             # rate fine, 333 LLC references per 1000 instructions.
-            self.busy('hot', hit=0.6, loss=0.45, ipc=0.3)
+            self.busy('hot', hit=0.6, loss=0.9, ipc=0.3)
             self.clock.now += 1
             agent.cycle()
         moves = agent.rebalance()

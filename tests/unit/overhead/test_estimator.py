@@ -83,14 +83,14 @@ class TestEstimate(testtools.TestCase):
 
     def test_mc_congestion_from_local_cycle_loss(self):
         levels = estimator.estimate(
-            [obs(loss=0.05), obs(loss=0.35, cpu={1: 1.0},
+            [obs(loss=0.05), obs(loss=0.82, cpu={1: 1.0},
                                  memory={1: 1.0})], self.topo)
         self.assertEqual([0, 3], levels.mc)
         self.assertEqual([[0, 0], [0, 0]], levels.inter)
 
     def test_interconnect_from_remote_cycle_loss(self):
         levels = estimator.estimate(
-            [obs(loss=0.25, cpu={0: 1.0}, memory={1: 1.0})], self.topo)
+            [obs(loss=0.84, cpu={0: 1.0}, memory={1: 1.0})], self.topo)
         self.assertEqual(2, levels.inter[0][1])
         self.assertEqual(0, levels.inter[1][0])
         self.assertEqual([0, 0], levels.mc)

@@ -110,9 +110,15 @@ class TestProportional(testtools.TestCase):
     def test_empty_remote_node_second_nearest_first(self):
         distances = [[10, 21, 16, 21], [21, 10, 21, 16],
                      [16, 21, 10, 21], [21, 16, 21, 10]]
-        v = view([4, 3, 3, 3], guests=[2, 0, 0, 1], distances=distances)
+        v = view([5, 3, 3, 3], guests=[2, 0, 0, 1], distances=distances)
         p = planner.plan(v, 4 * GIB, local=0)
         self.assertEqual({2: 4 * GIB}, p.shares)
+
+    def test_empty_remote_node_must_be_two_levels_cheaper(self):
+        v = view([4, 3, 3, 3], guests=[2, 0, 0, 1])
+        p = planner.plan(v, 4 * GIB, local=0)
+        self.assertNotEqual({1: 4 * GIB}, p.shares)
+        self.assertIn(0, p.shares)
 
     def test_empty_node_too_small_is_skipped(self):
         v = view([0, 3, 3, 3], guests=[0, 1, 1, 1],
@@ -121,18 +127,26 @@ class TestProportional(testtools.TestCase):
         self.assertGreater(len(p.shares), 1)
         self.assertLessEqual(p.shares.get(0, 0), GIB)
 
-    def test_spreads_over_max_nodes_lowest_first(self):
+    def test_threshold_rises_until_the_candidates_hold_it(self):
+        # Steps: overheads 1 and 2 (step 1), 3 (step 2), 5 (step 3) ...
         v = view([1, 9, 2, 5, 3, 12])
-        p = planner.plan(v, 8 * GIB, local=0)
-        self.assertEqual([0, 2, 3, 4], p.nodes)
-        p = planner.plan(v, 8 * GIB, local=0, max_nodes=2)
-        self.assertEqual([0, 2], p.nodes)
+        self.assertEqual([0, 2], planner.plan(v, 8 * GIB, local=0).nodes)
+        v = view([1, 9, 2, 5, 3, 12], free=[3 * GIB] * 6)
+        self.assertEqual([0, 2, 4], planner.plan(v, 8 * GIB, local=0).nodes)
+
+    def test_max_nodes_caps_the_candidates(self):
+        v = view([1, 9, 2, 5, 3, 12], free=[5 * GIB] * 6)
+        self.assertEqual([0, 2],
+                         planner.plan(v, 8 * GIB, local=0, max_nodes=2).nodes)
+        v = view([0, 0, 0, 0, 0, 0], free=[2 * GIB] * 6)
+        self.assertEqual(4, len(planner.plan(v, 8 * GIB, local=0).nodes))
 
     def test_step_groups_prefer_nearer_nodes(self):
         # Overheads 3 and 4 are in the same step (3-4): the nearer node
         # goes first although its overhead is higher.
         distances = [[10, 21, 16], [21, 10, 21], [16, 21, 10]]
-        v = view([2, 3, 4], distances=distances)
+        v = view([2, 3, 4], distances=distances,
+                 free=[2 * GIB, 64 * GIB, 64 * GIB])
         p = planner.plan(v, 4 * GIB, local=0, max_nodes=2)
         self.assertEqual([0, 2], p.nodes)
 
@@ -148,7 +162,7 @@ class TestProportional(testtools.TestCase):
         self.assertIsNone(planner.plan(v, 4 * GIB))
 
     def test_planned_overhead_is_share_weighted(self):
-        v = view([2, 4, 5], free=[10 ** 6] * 3)
+        v = view([2, 4, 5], free=[130 * GIB, 70 * GIB, 70 * GIB])
         p = planner.plan(v, 256 * GIB, local=0, max_nodes=3)
         self.assertEqual(0.5 * 2 + 0.25 * 4 + 0.25 * 5, p.overhead)
         self.assertEqual(5, p.worst)

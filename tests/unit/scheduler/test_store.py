@@ -57,9 +57,10 @@ class TestReportStore(base.TestCase):
         self.assertEqual(len([b for b in store_mod.BUCKETS
                               if b <= entry.total_mb]), len(keys))
         # Both nodes have guests: seen from node 1 (the better local node)
-        # overheads are 3 and 1, split half and half (the nearest binary
-        # fractions to 1/3 and 2/3).
-        self.assertEqual(2.0, self.lookup(memory_mb=2048))
+        # overheads are 3 and 1; the first step holds the request on node 1.
+        self.assertEqual(1.0, self.lookup(memory_mb=2048))
+        # One node cannot hold 24 GiB: the step rises, the nodes share it.
+        self.assertEqual(2.0, self.lookup(memory_mb=24 * 1024))
         self.assertEqual(1, self.store.accepted)
 
     def test_rejected_report_is_logged_with_host(self):
