@@ -63,7 +63,8 @@ class NodeSpec:
 @dataclasses.dataclass(frozen=True)
 class HostSpec:
     """A NUMA host: nodes, and per (cpu node, memory node) latency and
-    bandwidth (asymmetric where the hardware is)."""
+    bandwidth (asymmetric where the hardware is).
+    """
 
     name: str
     nodes: tuple
@@ -164,27 +165,22 @@ def _queue(rho: float) -> float:
     return 1.0 + QUEUE_K * rho / (1.0 - rho)
 
 
-def solve(spec: HostSpec, guests) -> Result:
-    """The steady state of these guests on this host."""
+def _sharing(spec, guests):
+    """CPU share and LLC hit rate of every guest."""
     n = spec.size
-    hz = spec.ghz * 1e9
-    # CPU sharing: vCPUs beyond a node's cores get a share of them.
     demand = [0.0] * n
-    for g in guests:
-        for node, frac in g.cpu.items():
-            demand[node] += g.vcpus * frac
-    share = [min(1.0, spec.nodes[i].cores / demand[i]) if demand[i] else 1.0
-             for i in range(n)]
-    # LLC: working sets competing for each node's cache.
     load = [0.0] * n
     for g in guests:
         for node, frac in g.cpu.items():
+            demand[node] += g.vcpus * frac
             load[node] += g.profile.footprint_mb * frac
+    # vCPUs beyond a node's cores get a share of them.
+    share = [min(1.0, spec.nodes[i].cores / demand[i]) if demand[i] else 1.0
+             for i in range(n)]
     hits = {}
     cpu_share = {}
     for g in guests:
-        hit = 0.0
-        cs = 0.0
+        hit = cs = 0.0
         for node, frac in g.cpu.items():
             fit = min(1.0, spec.nodes[node].llc_mb / load[node]) \
                 if load[node] else 1.0
@@ -192,6 +188,32 @@ def solve(spec: HostSpec, guests) -> Result:
             cs += frac * share[node]
         hits[g.name] = hit
         cpu_share[g.name] = cs
+    return hits, cpu_share
+
+
+def _latency(spec, guest, mem, q_mc, q_link) -> float:
+    if not mem:
+        return spec.latency_ns[0][0]
+    latency = 0.0
+    for cn, cf in guest.cpu.items():
+        for mn, mf in mem.items():
+            base = spec.latency_ns[cn][mn] * q_mc[mn]
+            if cn != mn:
+                base *= q_link[cn][mn]
+            latency += cf * mf * base
+    return latency
+
+
+def _cpi(spec, guest, hit, latency) -> float:
+    mpi = guest.profile.api * (1.0 - hit)
+    return guest.profile.cpi0 + mpi * latency * spec.ghz / guest.profile.mlp
+
+
+def solve(spec: HostSpec, guests) -> Result:
+    """The steady state of these guests on this host."""
+    n = spec.size
+    hz = spec.ghz * 1e9
+    hits, cpu_share = _sharing(spec, guests)
     mems = {g.name: g.mem_fractions() for g in guests}
     q_mc = [1.0] * n
     q_link = [[1.0] * n for _ in range(n)]
@@ -203,44 +225,28 @@ def solve(spec: HostSpec, guests) -> Result:
         link_bytes = [[0.0] * n for _ in range(n)]
         for g in guests:
             mem = mems[g.name]
-            latency = 0.0
+            lat[g.name] = _latency(spec, g, mem, q_mc, q_link)
+            cpi = _cpi(spec, g, hits[g.name], lat[g.name])
+            ips[g.name] = g.vcpus * cpu_share[g.name] * hz / cpi
+            traffic[g.name] = (ips[g.name] * g.profile.api *
+                               (1.0 - hits[g.name]) * CACHE_LINE)
             for cn, cf in g.cpu.items():
                 for mn, mf in mem.items():
-                    base = spec.latency_ns[cn][mn] * q_mc[mn]
+                    mc_bytes[mn] += traffic[g.name] * cf * mf
                     if cn != mn:
-                        base *= q_link[cn][mn]
-                    latency += cf * mf * base
-            if not mem:
-                latency = spec.latency_ns[0][0]
-            mpi = g.profile.api * (1.0 - hits[g.name])
-            cpi = g.profile.cpi0 + mpi * latency * spec.ghz / g.profile.mlp
-            rate = g.vcpus * cpu_share[g.name] * hz / cpi
-            ips[g.name] = rate
-            lat[g.name] = latency
-            bytes_s = rate * mpi * CACHE_LINE
-            traffic[g.name] = bytes_s
-            for cn, cf in g.cpu.items():
-                for mn, mf in mem.items():
-                    part = bytes_s * cf * mf
-                    mc_bytes[mn] += part
-                    if cn != mn:
-                        link_bytes[cn][mn] += part
-        new_mc = [_queue(mc_bytes[i] / (spec.nodes[i].mc_gbps * 1e9))
-                  for i in range(n)]
-        new_link = [[_queue(link_bytes[a][b] / (spec.link_gbps[a][b] * 1e9))
-                     if a != b else 1.0 for b in range(n)] for a in range(n)]
+                        link_bytes[cn][mn] += traffic[g.name] * cf * mf
         # Damped update: the fixed point oscillates otherwise.
-        q_mc = [0.5 * o + 0.5 * w for o, w in zip(q_mc, new_mc)]
-        q_link = [[0.5 * o + 0.5 * w for o, w in zip(ro, rw)]
-                  for ro, rw in zip(q_link, new_link)]
-    results = {}
-    for g in guests:
-        mpi = g.profile.api * (1.0 - hits[g.name])
-        cpi = g.profile.cpi0 + mpi * lat[g.name] * spec.ghz / g.profile.mlp
-        results[g.name] = GuestResult(
-            ips=ips[g.name], cpi=cpi, hit=hits[g.name],
-            latency_ns=lat[g.name], traffic_gbps=traffic[g.name] / 1e9,
-            cpu_share=cpu_share[g.name])
+        q_mc = [0.5 * q + 0.5 * _queue(mc_bytes[i] /
+                                       (spec.nodes[i].mc_gbps * 1e9))
+                for i, q in enumerate(q_mc)]
+        q_link = [[1.0 if a == b else 0.5 * q_link[a][b] + 0.5 * _queue(
+            link_bytes[a][b] / (spec.link_gbps[a][b] * 1e9))
+            for b in range(n)] for a in range(n)]
+    results = {g.name: GuestResult(
+        ips=ips[g.name], cpi=_cpi(spec, g, hits[g.name], lat[g.name]),
+        hit=hits[g.name], latency_ns=lat[g.name],
+        traffic_gbps=traffic[g.name] / 1e9, cpu_share=cpu_share[g.name])
+        for g in guests}
     mc_util = [min(1.0, sum(traffic[g.name] * mems[g.name].get(i, 0)
                             for g in guests) / (spec.nodes[i].mc_gbps * 1e9))
                for i in range(n)]
@@ -254,7 +260,8 @@ def solve(spec: HostSpec, guests) -> Result:
 def counters(spec: HostSpec, guest: Guest, result: GuestResult,
              seconds: float) -> tuple:
     """Counter increments over ``seconds``: instructions, cycles, LLC
-    references, LLC misses, stalled cycles."""
+    references, LLC misses, stalled cycles.
+    """
     instructions = result.ips * seconds
     cycles = instructions * result.cpi
     refs = instructions * guest.profile.api

@@ -248,7 +248,8 @@ def candidates(host: model.Host, guest: model.Guest) -> list:
 class Oracle(Policy):
     """Best memory placement by search (vCPUs as the scenario pins them):
     exhaustive over single nodes and an even spread for up to four guests,
-    coordinate descent over all candidates beyond."""
+    coordinate descent over all candidates beyond.
+    """
 
     name = 'oracle'
     max_passes = 3

@@ -53,8 +53,9 @@ def ibm_x3850(sockets: int = 4) -> model.HostSpec:
 
     8 cores, 18 MB LLC and 64 GB per socket, QPI 6.4 GT/s (12.8 GB/s per
     direction; ~10 GB/s usable), remote latency at most 30% above local.
-    Not published: ~12 GB/s usable per socket's four DDR3-1066 memory channels, 130 ns
-    local latency; on 8 sockets, two hops cost 1.3x, one hop 1.15x.
+    Not published: ~12 GB/s usable per socket's four DDR3-1066 memory
+    channels, 130 ns local latency; on 8 sockets, two hops cost 1.3x, one
+    hop 1.15x.
     """
     if sockets not in (2, 4, 8):
         raise ValueError('the x3850 preset has 2, 4 or 8 sockets')
@@ -79,7 +80,8 @@ def ibm_x3850(sockets: int = 4) -> model.HostSpec:
 def intel_e5_4610() -> model.HostSpec:
     """4-node Xeon E5-4610 (vTRMS platform A): 8 cores and 32 GB per node,
     2-way QPI 7.2 GT/s, symmetric. Not published: 15 MB LLC, ~25 GB/s per
-    node's DDR3 channels, 90 ns local and 140 ns remote latency."""
+    node's DDR3 channels, 90 ns local and 140 ns remote latency.
+    """
     nodes = tuple(model.NodeSpec(cores=8, llc_mb=15.0, memory_mb=32 * GIB,
                                  mc_gbps=25.0) for _ in range(4))
     return model.HostSpec(
@@ -117,7 +119,8 @@ def amd_6376() -> model.HostSpec:
     node, an asymmetric bandwidth matrix (Table II) that SLIT (Table I)
     cannot describe. The measured single-guest STREAM figures scale to link
     and controller capacities (x2.5); latency follows the bandwidth loss
-    (105 ns local). Not published: 8 MB LLC per node."""
+    (105 ns local). Not published: 8 MB LLC per node.
+    """
     n = 8
     stream = AMD_6376_STREAM
     link = tuple(tuple(stream[m][c] * 2.5 for m in range(n))

@@ -52,7 +52,8 @@ class PolicyResult:
 
 def first_touch(host: model.Host, plan) -> dict:
     """Where the kernel's first touch puts the memory: the scenario's nodes
-    while they have room, then the nearest nodes."""
+    while they have room, then the nearest nodes.
+    """
     free = host.free_mb()
     spec = host.spec
     pages = {}

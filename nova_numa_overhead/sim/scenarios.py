@@ -137,7 +137,8 @@ def paper(kind: str, count: int, host: str = 'ibm-x3850-4s',
 
 def amd_asymmetric() -> Scenario:
     """16 memory-hungry guests on the 8-node AMD host, whose bandwidth
-    matrix is asymmetric: first touch on their vCPU node, two per node."""
+    matrix is asymmetric: first touch on their vCPU node, two per node.
+    """
     spec = presets.amd_6376()
     guests = tuple(GuestPlan(
         name='vm%d' % (k + 1), profile=PROFILE_CYCLE[k % 4], vcpus=2,
