@@ -36,7 +36,33 @@ def main(argv=None) -> int:
                        help='buffer per measurement (default 256; at '
                             'least 4x the last-level cache)')
     probe.add_argument('--repeat', type=int, default=3)
+    simulate = sub.add_parser(
+        'simulate', help='run the simulated NUMA host (or cluster) under '
+                         'every placement policy and compare them')
+    which = simulate.add_mutually_exclusive_group(required=True)
+    which.add_argument('--scenario', help='a built-in scenario '
+                       '(--list shows them)')
+    which.add_argument('--scenario-file', help='a scenario file (TOML)')
+    which.add_argument('--list', action='store_true',
+                       help='list the built-in scenarios')
+    simulate.add_argument('--format', choices=('table', 'json'),
+                          default='table')
+    simulate.add_argument('--plot', metavar='FILE.png',
+                          help='also draw the figure')
+    simulate.add_argument('--seed', type=int,
+                          help='arrival order seed (default: the '
+                               "scenario's)")
+    simulate.add_argument('--policies',
+                          help='comma-separated subset of the policies')
+    simulate.add_argument('--transport-url',
+                          help='oslo.messaging URL for the cluster '
+                               'scenario (default: in-memory fake://)')
+    simulate.add_argument('--quiet', action='store_true',
+                          help='no progress bar')
     args = parser.parse_args(argv)
+    if args.command == 'simulate':
+        from nova_numa_overhead.sim import cli as sim_cli
+        return sim_cli.run(args)
     if args.command == 'probe':
         return _probe(args)
     if args.command == 'demo':

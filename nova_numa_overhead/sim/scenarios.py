@@ -151,15 +151,18 @@ def amd_asymmetric() -> Scenario:
 
 
 def cluster() -> Scenario:
-    """Four 4-socket hosts; 24 guests arrive and the scheduler picks."""
+    """Three 4-socket hosts; 36 guests arrive and the scheduler picks a
+    host for each (the node is the host's least loaded one).
+    """
     spec = presets.ibm_x3850(4)
+    profiles = PROFILE_CYCLE + ('cpu-bound',)
     guests = tuple(GuestPlan(
-        name='vm%d' % (k + 1), profile=PROFILE_CYCLE[k % 4], vcpus=2,
-        memory_mb=8 * GIB, vcpu_node=k % 4, first_touch=(k % 4,))
-        for k in range(24))
-    return Scenario(name='cluster', description='24 guests arriving on a '
-                    'cluster of four 4-socket hosts', host=spec,
-                    guests=guests, hosts=4, arrival_interval=2).validate()
+        name='vm%d' % (k + 1), profile=profiles[k % len(profiles)],
+        vcpus=2, memory_mb=8 * GIB, vcpu_node=0, first_touch=(0,))
+        for k in range(36))
+    return Scenario(name='cluster', description='36 guests arriving on a '
+                    'cluster of three 4-socket hosts', host=spec,
+                    guests=guests, hosts=3, arrival_interval=2).validate()
 
 
 def builtin() -> dict:

@@ -1,0 +1,67 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""``nova-numa-overhead simulate``."""
+
+import dataclasses
+import sys
+
+from nova_numa_overhead.sim import cluster
+from nova_numa_overhead.sim import report
+from nova_numa_overhead.sim import runner
+from nova_numa_overhead.sim import scenarios
+
+
+def load(args):
+    if args.scenario_file:
+        scenario = scenarios.load(args.scenario_file)
+    else:
+        scenario = scenarios.get(args.scenario)
+    if args.seed is not None:
+        scenario = dataclasses.replace(scenario, seed=args.seed)
+    return scenario
+
+
+def simulate(scenario, policies=None, progress=None, transport_url=None):
+    """Run a scenario: a cluster one through Nova's scheduler handlers."""
+    if scenario.hosts > 1:
+        return cluster.run(scenario, policies or cluster.CLUSTER_POLICIES,
+                           progress=progress, transport_url=transport_url)
+    return runner.run(scenario, policies or runner.DEFAULT_POLICIES,
+                      progress=progress)
+
+
+def run(args, out=None) -> int:
+    out = out or sys.stdout
+    if args.list:
+        for name, factory in sorted(scenarios.builtin().items()):
+            print('%-18s %s' % (name, factory().description), file=out)
+        return 0
+    try:
+        scenario = load(args)
+        policies = tuple(p.strip() for p in args.policies.split(',')) \
+            if args.policies else None
+        progress = None if args.quiet else report.Progress(scenario.name)
+        results = simulate(scenario, policies, progress, args.transport_url)
+    except (OSError, ValueError) as exc:
+        print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
+        return 2
+    data = report.summary(scenario, results)
+    print(report.to_json(data) if args.format == 'json'
+          else report.table(data), file=out)
+    if args.plot:
+        try:
+            report.plot(data, args.plot)
+        except (ImportError, OSError) as exc:
+            print('nova-numa-overhead simulate: no figure: %s' % exc,
+                  file=sys.stderr)
+            return 1
+    return 0

@@ -1,0 +1,207 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Cluster mode: several simulated hosts, one agent each, and Nova's own
+filter and weigher handlers choosing a host for every arriving guest.
+
+Agents cast their reports over oslo.messaging (the in-memory ``fake://``
+transport unless a URL is given, e.g. RabbitMQ); a scheduler-side store
+receives them, and NUMAOverheadFilter and NUMAOverheadWeigher run next to
+Nova's RAMWeigher exactly as in nova-scheduler. The baseline policies run
+with Nova's RAMWeigher alone choosing hosts.
+"""
+
+import time
+
+from nova_numa_overhead.sim import backend as backend_mod
+from nova_numa_overhead.sim import model
+from nova_numa_overhead.sim import policies as policies_mod
+from nova_numa_overhead.sim import runner
+
+OURS = ('overhead-aware', 'overhead-aware+fifo')
+
+
+class Scheduler:
+    """Nova's handlers with or without the plugin's filter and weigher."""
+
+    def __init__(self, transport_url: str | None, ours: bool, topic: str):
+        import warnings
+        warnings.simplefilter('ignore')
+        import nova.conf
+        from nova import objects
+        from nova.scheduler import filters as nova_filters
+        from nova.scheduler import weights as nova_weights
+        from nova.scheduler.weights import ram
+
+        from nova_numa_overhead import conf as plugin_conf
+        from nova_numa_overhead.scheduler import filters
+        from nova_numa_overhead.scheduler import store
+        from nova_numa_overhead.scheduler import weighers
+
+        objects.register_all()
+        self.objects = objects
+        conf = self.conf = nova.conf.CONF
+        plugin_conf.register_opts(conf)
+        try:
+            conf.config_file
+        except Exception:
+            # Not parsed yet (the simulate command runs outside Nova).
+            conf([], project='nova', default_config_files=[])
+        conf.set_override('transport_url', transport_url or 'fake://',
+                          group='numa_overhead')
+        conf.set_override('report_topic', topic, group='numa_overhead')
+        conf.set_override('weight_multiplier', 2.0, group='numa_overhead')
+        store.reset_store()
+        self.store = store.get_store(conf) if ours else None
+        self.filter_handler = nova_filters.HostFilterHandler()
+        self.weight_handler = nova_weights.HostWeightHandler()
+        self.filters = [filters.NUMAOverheadFilter()] if ours else []
+        self.weighers = [ram.RAMWeigher()] + (
+            [weighers.NUMAOverheadWeigher()] if ours else [])
+
+    def pick(self, host_states, memory_mb, extra_specs):
+        spec = self.objects.RequestSpec(
+            flavor=self.objects.Flavor(memory_mb=memory_mb, vcpus=2,
+                                       root_gb=10,
+                                       extra_specs=dict(extra_specs)),
+            instance_uuid='00000000-0000-4000-8000-000000000000',
+            scheduler_hints={})
+        passed = host_states
+        if self.filters:
+            passed = self.filter_handler.get_filtered_objects(
+                self.filters, host_states, spec) or []
+        weighed = self.weight_handler.get_weighed_objects(
+            self.weighers, passed, spec)
+        return weighed[0].obj.host if weighed else None
+
+    def close(self):
+        from nova_numa_overhead.scheduler import store
+        store.reset_store()
+
+
+def _host_states(hosts):
+    from nova.scheduler import host_manager
+    states = []
+    for name, host in hosts.items():
+        state = host_manager.HostState(name, name, 'cell1')
+        state.free_ram_mb = sum(host.free_mb())
+        state.total_usable_ram_mb = sum(n.memory_mb for n in host.spec.nodes)
+        state.num_instances = len(host.guests)
+        state.aggregates = []
+        states.append(state)
+    return states
+
+
+def _least_loaded_node(host):
+    load = [0.0] * host.spec.size
+    for g in host.guests.values():
+        for n, f in g.cpu.items():
+            load[n] += g.vcpus * f
+    return min(range(host.spec.size),
+               key=lambda n: (load[n] / host.spec.nodes[n].cores, n))
+
+
+def run_policy(scenario, name, transport_url=None, tick=None):
+    """One policy on the cluster: mean throughput over all guests."""
+    from nova_numa_overhead import rpc
+    ours = name in OURS
+    topic = 'numa-overhead-sim-%d' % id(scenario)
+    sched = Scheduler(transport_url, ours, topic)
+    hosts = {}
+    hvs = {}
+    pols = {}
+    for i in range(scenario.hosts):
+        hname = 'sim-host-%d' % (i + 1)
+        host = model.Host(scenario.host)
+        hv = backend_mod.SimHypervisor(host)
+        policy = policies_mod.POLICIES[name]()
+        policy.attach(hv)
+        if ours:
+            policy.agent.host = hname
+            policy.agent.publisher = rpc.ReportPublisher(sched.conf)
+        hosts[hname], hvs[hname], pols[hname] = host, hv, policy
+    watches = {h: runner.observer(hv) for h, hv in hvs.items()}
+    now = 0.0
+    samples = []
+    total = len(scenario.guests) * scenario.arrival_interval + \
+        scenario.duration
+
+    def run(seconds):
+        nonlocal now
+        for _ in range(seconds):
+            now += 1.0
+            tput = {}
+            for hname, hv in hvs.items():
+                result = hv.advance(1.0)
+                pols[hname].step(now)
+                watches[hname].cycle()
+                tput.update(hosts[hname].throughput(result))
+            if now > total - scenario.measure:
+                samples.append(tput)
+            if tick is not None:
+                tick()
+        if ours:
+            # Let the in-memory transport deliver the reports.
+            time.sleep(0.01)
+
+    placed = {}
+    for plan in runner.arrival_order(scenario):
+        chosen = sched.pick(_host_states(hosts), plan.memory_mb,
+                            dict(plan.extra_specs))
+        if chosen is None:
+            chosen = min(hosts, key=lambda h: len(hosts[h].guests))
+        host = hosts[chosen]
+        node = _least_loaded_node(host)
+        guest_plan = plan.__class__(**dict(plan.__dict__, vcpu_node=node,
+                                           first_touch=(node,)))
+        guest = runner.make_guest(host, guest_plan)
+        pols[chosen].place(guest)
+        hvs[chosen].start(guest)
+        placed[plan.name] = chosen
+        run(scenario.arrival_interval)
+    run(scenario.duration)
+    sched.close()
+    throughput = {}
+    for sample in samples:
+        for g, v in sample.items():
+            throughput[g] = throughput.get(g, 0.0) + v / len(samples)
+    levels = []
+    for watch in watches.values():
+        matrix = watch.levels.overhead_matrix()
+        levels.extend(matrix[i][i] for i in range(len(matrix)))
+    return runner.PolicyResult(
+        policy=name, throughput=throughput,
+        moved_mb=sum(hv.moved_mb for hv in hvs.values()),
+        hottest_level=max(levels), mean_level=sum(levels) / len(levels)), \
+        placed
+
+
+CLUSTER_POLICIES = ('nova-default', 'numad', 'interleave', 'vtrms',
+                    'vprobe', 'vdarm', 'overhead-aware',
+                    'overhead-aware+fifo')
+
+
+def run(scenario, policies=CLUSTER_POLICIES, progress=None,
+        transport_url=None):
+    """Every policy on the cluster scenario: name -> PolicyResult."""
+    policies = [p for p in policies if p != 'oracle']
+    steps = len(scenario.guests) * scenario.arrival_interval + \
+        scenario.duration
+    if progress is not None:
+        progress.start(steps * len(policies))
+    results = {}
+    for name in policies:
+        results[name], _ = run_policy(
+            scenario, name, transport_url,
+            tick=progress.tick if progress else None)
+    if progress is not None:
+        progress.done()
+    return results
