@@ -97,7 +97,9 @@ class Agent:
             managed=self.opts.managed_guests,
             default_policy=conf.numa_overhead.default_policy,
             default_max_nodes=conf.numa_overhead.default_max_nodes,
-            page_budget=self._pages_allowed)
+            page_budget=self._pages_allowed,
+            colocate_cpus=self._colocation_cpus if self.opts.colocate_vcpus
+            else None)
         self.domains: dict = {}
         self.pending: set = set()
         # The latest decisions (for logs, status and tests), bounded.
@@ -125,6 +127,9 @@ class Agent:
             self.levels = estimator.static_levels(self.estimator_topology,
                                                   self.thresholds)
         return self._topology
+
+    def _colocation_cpus(self) -> dict:
+        return {n.id: n.cpus for n in self.topology.nodes if n.cpus}
 
     def _measured_matrix(self, topology) -> dict:
         """The probe's latency/bandwidth matrix (vTRMS), if configured."""

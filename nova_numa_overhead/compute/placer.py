@@ -121,7 +121,7 @@ class Placer:
                  managed: str = 'floating',
                  default_policy: str = planner.PROPORTIONAL,
                  default_max_nodes: int = planner.DEFAULT_MAX_NODES,
-                 page_budget=None):
+                 page_budget=None, colocate_cpus=None):
         self.hv = hypervisor
         self.enforcement = enforcement
         self.reserve_mb = reserve_mb
@@ -130,6 +130,10 @@ class Placer:
         self.default_max_nodes = default_max_nodes
         # Callable(mb) -> max pages allowed now (the shared rate limit).
         self.page_budget = page_budget or (lambda mb: None)
+        # Callable giving node -> host CPUs: when set, the guest's vCPUs
+        # follow the plan's local node ([numa_overhead_agent]
+        # colocate_vcpus).
+        self.colocate_cpus = colocate_cpus
 
     def place(self, domain: hv_mod.DomainInfo, view: planner.HostView,
               cpu: dict, before: dict) -> Decision:
@@ -148,7 +152,9 @@ class Placer:
         allowed = set(domain.allowed_nodes or range(view.size))
         view = restrict(view, allowed)
         plan = planner.plan(view, max(domain.memory_mb, 1), policy.policy,
-                            policy.max_nodes, local=local_node(cpu))
+                            policy.max_nodes,
+                            local=None if self.colocate_cpus
+                            else local_node(cpu))
         if plan is None:
             return Decision(domain.name, 'skipped',
                             'no plan fits the free memory of its allowed '
@@ -172,6 +178,11 @@ class Placer:
             return decision
         self.hv.set_nodeset(domain, nodes)
         decision.action = 'restricted'
+        if self.colocate_cpus and local_node(cpu) != plan.local:
+            cpus = self.colocate_cpus().get(plan.local)
+            if cpus:
+                self.hv.pin_vcpus(domain, cpus)
+                decision.reason += ', vCPUs to node %d' % plan.local
         if self.enforcement == PAGES:
             decision.moves = moves_towards(
                 {n: mb for n, mb in before.items() if n in allowed},

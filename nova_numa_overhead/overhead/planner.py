@@ -338,6 +338,13 @@ def plan(view: HostView, request_mb: int, policy: str = PROPORTIONAL,
         else:
             candidate = _local(view, node, request_mb, policy)
         if candidate is not None and (
-                best is None or candidate.overhead < best.overhead):
+                best is None or _rank(candidate) < _rank(best)):
             best = candidate
     return best
+
+
+def _rank(plan: Plan) -> tuple:
+    # Lowest overhead; on a tie, fewer nodes and more of it local: remote
+    # accesses the levels do not see (yet) still cost latency.
+    return (plan.overhead, len(plan.shares),
+            -plan.shares.get(plan.local, 0), plan.local)

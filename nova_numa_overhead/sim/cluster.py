@@ -26,7 +26,7 @@ from nova_numa_overhead.sim import model
 from nova_numa_overhead.sim import policies as policies_mod
 from nova_numa_overhead.sim import runner
 
-OURS = ('overhead-aware', 'overhead-aware+fifo')
+OURS = ('overhead-aware', 'overhead-aware+fifo', 'overhead-aware+vcpu')
 
 
 class Scheduler:
@@ -186,7 +186,7 @@ def run_policy(scenario, name, transport_url=None, tick=None):
 
 CLUSTER_POLICIES = ('nova-default', 'numad', 'interleave', 'vtrms',
                     'vprobe', 'vdarm', 'overhead-aware',
-                    'overhead-aware+fifo')
+                    'overhead-aware+fifo', 'overhead-aware+vcpu')
 
 
 def run(scenario, policies=CLUSTER_POLICIES, progress=None,

@@ -30,7 +30,9 @@ policies also act every simulated second (``step``).
 * ``overhead-aware`` / ``overhead-aware+fifo``: this project: the real
   agent (collector, estimator, planner, placer, rebalancer) on the
   ``sim`` backend, without and with the periodic swap-FIFO rebalancing.
-* ``oracle``: the best memory placement found by search, vCPUs as pinned.
+* ``overhead-aware+vcpu``: with the optional co-location of vCPUs and
+  memory (``[numa_overhead_agent] colocate_vcpus``).
+* ``oracle``: the best placement of vCPUs and memory found by search.
 """
 
 import itertools
@@ -188,6 +190,7 @@ class OverheadAware(Policy):
     name = 'overhead-aware'
     dynamic = True
     rebalance_every = 0
+    colocate = False
 
     def attach(self, hv):
         super().attach(hv)
@@ -197,7 +200,8 @@ class OverheadAware(Policy):
                             ('reserve_mb', 256),
                             ('migrate_rate_mb_per_s', 0),
                             ('max_move_mb_per_period', 4096),
-                            ('rebalance_threshold', 5)):
+                            ('rebalance_threshold', 5),
+                            ('colocate_vcpus', self.colocate)):
             conf.set_override(name, value, group='numa_overhead_agent')
         self.clock = [0.0]
         self.agent = agent_mod.Agent(conf, hv, _NullPublisher(),
@@ -218,6 +222,16 @@ class OverheadAwareFifo(OverheadAware):
     rebalance_every = 5
 
 
+class OverheadAwareVcpu(OverheadAware):
+    """With the optional co-location of vCPUs and memory
+    (``[numa_overhead_agent] colocate_vcpus``).
+    """
+
+    name = 'overhead-aware+vcpu'
+    rebalance_every = 5
+    colocate = True
+
+
 class _NullPublisher:
 
     def __init__(self):
@@ -235,68 +249,72 @@ def objective(host: model.Host) -> float:
 
 
 def candidates(host: model.Host, guest: model.Guest) -> list:
-    """Memory placements the oracle tries for one guest."""
+    """(vCPU node, memory placement) pairs the oracle tries for a guest.
+
+    Every node for the vCPUs; for the memory every single node, an even
+    spread and, up to four nodes, every pair split in halves.
+    """
     n = host.spec.size
     mb = guest.memory_mb
-    options = [{i: mb} for i in range(n)]
-    options.append({i: mb / n for i in range(n)})
-    for a, b in itertools.combinations(range(n), 2):
-        options.append({a: mb / 2, b: mb / 2})
-    return options
+    memory = [{i: mb} for i in range(n)]
+    memory.append({i: mb / n for i in range(n)})
+    if n <= 4:
+        for a, b in itertools.combinations(range(n), 2):
+            memory.append({a: mb / 2, b: mb / 2})
+    return [(cpu, pages) for cpu in range(n) for pages in memory]
 
 
 class Oracle(Policy):
-    """Best memory placement by search (vCPUs as the scenario pins them):
-    exhaustive over single nodes and an even spread for up to four guests,
-    coordinate descent over all candidates beyond.
+    """The best placement found by search, vCPUs and memory together.
+
+    Coordinate descent over :func:`candidates`, one guest at a time, from
+    two starting points (the scenario's placement and every guest
+    co-located on its first-touch node), until no single change improves
+    the mean throughput: a bounded search, not a proof of optimality.
     """
 
     name = 'oracle'
-    max_passes = 3
+    max_passes = 4
 
     def optimise(self) -> None:
         guests = [g for g in self.host.guests.values() if not g.pinned]
-        if len(guests) <= 4:
-            self._exhaustive(guests)
-        self._descent(guests)
+        start = [(dict(g.cpu), dict(g.pages)) for g in guests]
+        best_value, best = self._descent(guests)
+        for g in guests:
+            node = max(g.pages, key=lambda n: (g.pages[n], -n))
+            g.cpu, g.pages = {node: 1.0}, {node: g.memory_mb}
+        if not self._fits():
+            for g, (cpu, pages) in zip(guests, start):
+                g.cpu, g.pages = cpu, pages
+        value, placement = self._descent(guests)
+        if value < best_value:
+            placement = best
+        for g, (cpu, pages) in zip(guests, placement):
+            g.cpu, g.pages = dict(cpu), dict(pages)
 
     def _fits(self):
         return all(f >= 0 for f in self.host.free_mb())
-
-    def _exhaustive(self, guests):
-        n = self.host.spec.size
-        best = (objective(self.host), [dict(g.pages) for g in guests])
-        choices = [[{i: g.memory_mb} for i in range(n)] +
-                   [{i: g.memory_mb / n for i in range(n)}] for g in guests]
-        for combo in itertools.product(*choices):
-            for g, pages in zip(guests, combo):
-                g.pages = dict(pages)
-            if not self._fits():
-                continue
-            value = objective(self.host)
-            if value > best[0]:
-                best = (value, [dict(p) for p in combo])
-        for g, pages in zip(guests, best[1]):
-            g.pages = dict(pages)
 
     def _descent(self, guests):
         current = objective(self.host)
         for _ in range(self.max_passes):
             improved = False
             for g in guests:
-                keep = dict(g.pages)
-                for option in candidates(self.host, g):
-                    g.pages = dict(option)
+                keep = (dict(g.cpu), dict(g.pages))
+                for cpu, pages in candidates(self.host, g):
+                    g.cpu, g.pages = {cpu: 1.0}, dict(pages)
                     if not self._fits():
                         continue
                     value = objective(self.host)
                     if value > current + 1e-9:
-                        current, keep, improved = value, dict(option), True
-                g.pages = keep
+                        current, improved = value, True
+                        keep = (dict(g.cpu), dict(g.pages))
+                g.cpu, g.pages = keep
             if not improved:
                 break
+        return current, [(dict(g.cpu), dict(g.pages)) for g in guests]
 
 
 POLICIES = {cls.name: cls for cls in (
     NovaDefault, Numad, Interleave, VTRMS, VProbe, VDARM, OverheadAware,
-    OverheadAwareFifo, Oracle)}
+    OverheadAwareFifo, OverheadAwareVcpu, Oracle)}

@@ -18,9 +18,10 @@ LABELS = {
     'nova-default': 'nova', 'numad': 'numad', 'interleave': 'intlv',
     'vtrms': 'vtrms', 'vprobe': 'vprobe', 'vdarm': 'vdarm',
     'overhead-aware': 'ours', 'overhead-aware+fifo': 'ours+f',
+    'overhead-aware+vcpu': 'ours+v',
     'oracle': 'oracle',
 }
-OURS = ('overhead-aware', 'overhead-aware+fifo')
+OURS = ('overhead-aware', 'overhead-aware+fifo', 'overhead-aware+vcpu')
 BASELINE = 'nova-default'
 
 
