@@ -15,17 +15,27 @@ import argparse
 import sys
 
 
+DEMO_SCENARIO = 'mixed-16'
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog='nova-numa-overhead',
         description='NUMA memory-zone overhead aware scheduling for Nova.')
     sub = parser.add_subparsers(dest='command', required=True)
     demo = sub.add_parser(
-        'demo', help='hosts report their overhead; see which host Nova\'s '
-                     'filter and weigher pick for a few flavors')
+        'demo', help='the mixed scenario of Liu & Li simulated under every '
+                     'policy (table and figure), then hosts reporting to '
+                     'Nova\'s filter and weigher for a few flavors')
     demo.add_argument('--transport-url', default=None,
                       help='oslo.messaging URL for the reports (default: '
                            'in-memory fake://)')
+    demo.add_argument('--plot', default='numa-overhead-demo.png',
+                      metavar='FILE.png',
+                      help='where to draw the figure (default: '
+                           '%(default)s)')
+    demo.add_argument('--scheduler-only', action='store_true',
+                      help='only the scheduler walkthrough')
     probe = sub.add_parser(
         'probe', help='measure the node-to-node memory latency and '
                       'bandwidth matrix of this host (vTRMS) for '
@@ -59,7 +69,11 @@ def main(argv=None) -> int:
                                'scenario (default: in-memory fake://)')
     simulate.add_argument('--quiet', action='store_true',
                           help='no progress bar')
+    from nova_numa_overhead.cmd import status
+    status.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == 'status':
+        return status.run(args)
     if args.command == 'simulate':
         from nova_numa_overhead.sim import cli as sim_cli
         return sim_cli.run(args)
@@ -68,6 +82,16 @@ def main(argv=None) -> int:
     if args.command == 'demo':
         from nova_numa_overhead import demo as demo_mod
         try:
+            if not args.scheduler_only:
+                from nova_numa_overhead.sim import cli as sim_cli
+                rc = sim_cli.run(argparse.Namespace(
+                    list=False, scenario=DEMO_SCENARIO, scenario_file=None,
+                    seed=None, policies=None, format='table',
+                    plot=args.plot, transport_url=args.transport_url,
+                    quiet=False))
+                if rc:
+                    return rc
+                print('figure: %s\n' % args.plot)
             return demo_mod.run(args.transport_url)
         except KeyboardInterrupt:
             return 130

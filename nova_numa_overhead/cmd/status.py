@@ -157,14 +157,46 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
         self.hv.close()
 
 
+class _AdvisoryOpts:
+    """``[numa_overhead_agent]`` with enforcement forced to advisory."""
+
+    enforcement = 'advisory'
+
+    def __init__(self, opts):
+        self._opts = opts
+
+    def __getattr__(self, name):
+        return getattr(self._opts, name)
+
+
+class _AdvisoryConf:
+    """A read-only view of the configuration for the agent code.
+
+    Not ``set_override``: oslo.config would keep the override in option
+    state that other ConfigOpts of the process can share.
+    """
+
+    def __init__(self, conf):
+        self._conf = conf
+        self.numa_overhead_agent = _AdvisoryOpts(conf.numa_overhead_agent)
+
+    def __getattr__(self, name):
+        return getattr(self._conf, name)
+
+
 def load_conf(files) -> cfg.ConfigOpts:
     """The agent's options from ``files`` (none: defaults), validated.
 
     :raises ConfigError: naming the file or option.
     """
     from nova_numa_overhead.cmd import agent as agent_cmd
+    from nova_numa_overhead.conf import opts as conf_opts
     conf = cfg.ConfigOpts()
-    agent_cmd._register(conf)
+    # Registered by group name: each ConfigOpts then has option state of
+    # its own (the modules' OptGroup objects would share it).
+    for group, opts in conf_opts.list_opts():
+        conf.register_opts(opts, group=group.name)
+    conf.register_opt(cfg.StrOpt('host', default=socket.gethostname()))
     argv = []
     for path in files:
         argv.extend(['--config-file', path])
@@ -213,8 +245,7 @@ def collect(conf, uri: str, samples: int = 2, interval: float = 1.0,
     """
     from nova_numa_overhead.compute import agent as agent_mod
     configured = conf.numa_overhead_agent.enforcement
-    conf.set_override('enforcement', 'advisory',
-                      group='numa_overhead_agent')
+    conf = _AdvisoryConf(conf)
     if hypervisor is None:
         from nova_numa_overhead.compute import libvirt_driver
         hypervisor = libvirt_driver.LibvirtHypervisor(uri)

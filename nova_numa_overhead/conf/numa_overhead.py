@@ -225,8 +225,11 @@ Possible values:
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(GROUP)
-    conf.register_opts(OPTS, group=GROUP)
+    # A group object of its own per ConfigOpts: oslo.config keeps overrides
+    # in the group object, which would otherwise leak between confs.
+    conf.register_group(cfg.OptGroup(GROUP.name, title=GROUP.title,
+                                     help=GROUP.help))
+    conf.register_opts(OPTS, group=GROUP.name)
 
 
 def list_opts():

@@ -1,0 +1,310 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""``nova-numa-overhead status`` on libvirt's test driver and a fake host.
+
+``test:///default`` has two cells (CPUs 0-7 and 8-15, 2 and 4 GiB) and a
+running non-Nova guest called 'test'; its getCellsFreeMemory returns KiB
+where the API promises bytes, so free memory reads 2 and 4 MiB.
+"""
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import uuid as uuid_mod
+
+import fixtures
+import libvirt
+
+from nova_numa_overhead.cmd import status
+from nova_numa_overhead.compute import hypervisor as hv_mod
+from tests import base
+from tests.unit.compute import fakes
+from tests.unit.compute import libvirt_fixtures
+
+URI = 'test:///default'
+GIB = 1024
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser(prog='nova-numa-overhead')
+    status.add_parser(parser.add_subparsers(dest='command', required=True))
+    return parser.parse_args(['status'] + list(argv))
+
+
+class StatusTestCase(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.stdout = self.useFixture(
+            fixtures.MonkeyPatch('sys.stdout', io.StringIO())).new_value
+        self.stderr = self.useFixture(
+            fixtures.MonkeyPatch('sys.stderr', io.StringIO())).new_value
+
+    def run_status(self, *argv):
+        return status.run(parse(*argv))
+
+    def write_conf(self, text):
+        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                            'nova.conf')
+        with open(path, 'w') as f:
+            f.write(text)
+        return path
+
+
+class TestOnLibvirt(StatusTestCase):
+
+    def setUp(self):
+        super().setUp()
+        # Kept open so that the test driver keeps our guests while status
+        # opens and closes its own connection.
+        self.conn = libvirt.open(URI)
+        self.addCleanup(self.conn.close)
+        self.floating = self.define(512)
+        self.pinned = self.define(256, pinned=True,
+                                  extra_specs={'hw:cpu_policy': 'dedicated'})
+
+    def define(self, memory_mb, extra_specs=None, **kwargs):
+        name = 'instance-%s' % uuid_mod.uuid4().hex[:8]
+        xml = libvirt_fixtures.nova_domain_xml(
+            name, str(uuid_mod.uuid4()), memory_mb, 2, extra_specs or {},
+            **kwargs)
+        dom = self.conn.defineXML(xml)
+        self.addCleanup(self.remove, name)
+        dom.create()
+        return dom
+
+    def remove(self, name):
+        try:
+            dom = self.conn.lookupByName(name)
+        except libvirt.libvirtError:
+            return
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+
+    def test_table(self):
+        rc = self.run_status('--connect', URI, '--samples', '2',
+                             '--interval', '0')
+        self.assertEqual(0, rc, self.stderr.getvalue())
+        self.assertEqual('', self.stderr.getvalue())
+        out = self.stdout.getvalue()
+        lines = out.splitlines()
+        too_wide = [line for line in lines if len(line) > 80]
+        self.assertEqual([], too_wide)
+        self.assertIn('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS  LLC   MC  '
+                      'LOCAL', lines)
+        # Node 0: 8 CPUs, 2048 MiB, 2 "MiB" free (the driver's KiB).
+        node0 = lines[lines.index('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS'
+                                  '  LLC   MC  LOCAL') + 1].split()
+        self.assertEqual(['0', '8', '2048', '2'], node0[:4])
+        self.assertIn('%s  512 MiB  2 vCPUs  managed, policy proportional'
+                      % self.floating.name(), out)
+        self.assertIn('%s  256 MiB  2 vCPUs  not managed: pinned by Nova'
+                      % self.pinned.name(), out)
+        self.assertIn('test  ', out)
+        self.assertIn('    plan  ', out)
+        self.assertIn('NEXT REBALANCING MOVES', out)
+        self.assertIn('RML, remote-access latency level:', out)
+
+    def test_json(self):
+        rc = self.run_status('--connect', URI, '--format', 'json',
+                             '--samples', '1', '--interval', '0')
+        self.assertEqual(0, rc, self.stderr.getvalue())
+        data = json.loads(self.stdout.getvalue())
+        self.assertEqual(URI, data['uri'])
+        self.assertEqual([2048, 4096],
+                         [n['total_mb'] for n in data['nodes']])
+        self.assertEqual([2, 4], [n['free_mb'] for n in data['nodes']])
+        self.assertEqual([8, 8], [n['cpus'] for n in data['nodes']])
+        self.assertEqual([[10, 20], [20, 10]], data['distances'])
+        self.assertEqual(2, len(data['inter']))
+        self.assertEqual(0, data['rml'][0][0])
+        self.assertGreater(data['rml'][0][1], 0)
+        guests = {g['name']: g for g in data['guests']}
+        floating = guests[self.floating.name()]
+        self.assertTrue(floating['managed'])
+        self.assertEqual('proportional', floating['policy'])
+        self.assertEqual(512, sum(floating['memory_mb_per_node']))
+        self.assertEqual(512, sum(floating['plan_mb_per_node']))
+        self.assertIsNotNone(floating['planned_overhead'])
+        pinned = guests[self.pinned.name()]
+        self.assertFalse(pinned['managed'])
+        self.assertIn('pinned', pinned['reason'])
+        self.assertIsNone(pinned['plan_mb_per_node'])
+        self.assertFalse(guests['test']['managed'])
+        self.assertEqual([], data['rebalance_moves'])
+        self.assertEqual('1.0', data['report']['version'])
+        self.assertEqual(2, len(data['report']['nodes']))
+
+    def test_config_file_and_nothing_changes(self):
+        before = self.floating.numaParameters()
+        path = self.write_conf(
+            '[DEFAULT]\nhost = cmp-7\n'
+            '[numa_overhead_agent]\nenforcement = pages\n'
+            'connection_uri = %s\nrml_thresholds = 100\n' % URI)
+        rc = self.run_status('--config-file', path, '--format', 'json',
+                             '--interval', '0')
+        self.assertEqual(0, rc, self.stderr.getvalue())
+        data = json.loads(self.stdout.getvalue())
+        self.assertEqual('cmp-7', data['host'])
+        self.assertEqual(URI, data['uri'])
+        self.assertEqual('pages', data['agent']['enforcement'])
+        # SLIT ratio 2.0 is below the configured threshold.
+        self.assertEqual([[0, 0], [0, 0]], data['rml'])
+        self.assertEqual(before, self.floating.numaParameters())
+        perf = self.floating.perfEvents()
+        self.assertFalse(any(perf.values()), perf)
+
+
+class TestErrors(StatusTestCase):
+
+    def test_unreachable_libvirt_is_one_line(self):
+        result = subprocess.run(
+            [sys.executable, '-m', 'nova_numa_overhead.cmd.status',
+             '--connect', 'qemu+tcp://127.0.0.1:1/system', '--interval',
+             '0'], capture_output=True, text=True, timeout=60)
+        self.assertEqual(1, result.returncode)
+        self.assertEqual('', result.stdout)
+        lines = result.stderr.splitlines()
+        self.assertEqual(1, len(lines), result.stderr)
+        self.assertTrue(lines[0].startswith(
+            'nova-numa-overhead status: cannot connect to '
+            'qemu+tcp://127.0.0.1:1/system'), lines[0])
+
+    def test_bad_config_is_one_line(self):
+        for text, fragment in (
+                ('[numa_overhead_agent]\nenforcement = bogus\n',
+                 '[numa_overhead_agent] enforcement'),
+                ('not an ini file\n', 'Failed to parse'),
+                ('[numa_overhead_agent]\nllc_thresholds = 0.5,0.1\n',
+                 'llc thresholds must be strictly ascending')):
+            self.stderr.seek(0)
+            self.stderr.truncate()
+            rc = self.run_status('--config-file', self.write_conf(text),
+                                 '--connect', URI)
+            self.assertEqual(2, rc)
+            err = self.stderr.getvalue()
+            self.assertEqual(1, len(err.splitlines()), err)
+            self.assertIn('configuration error', err)
+            self.assertIn(fragment, err)
+        self.assertEqual('', self.stdout.getvalue())
+
+    def test_missing_config_file(self):
+        rc = self.run_status('--config-file', '/nonexistent/nova.conf')
+        self.assertEqual(2, rc)
+        self.assertIn('/nonexistent/nova.conf', self.stderr.getvalue())
+
+    def test_permission_denied_gets_a_hint(self):
+        hv = fakes.FakeHypervisor(nodes=2)
+        hv.topology = lambda: (_ for _ in ()).throw(
+            hv_mod.HypervisorUnavailable(
+                "cannot connect to qemu:///system: Failed to connect socket "
+                "to '/var/run/libvirt/libvirt-sock': Permission denied"))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.compute.libvirt_driver.LibvirtHypervisor',
+            lambda uri: hv))
+        self.assertEqual(1, self.run_status())
+        err = self.stderr.getvalue()
+        self.assertEqual(1, len(err.splitlines()), err)
+        self.assertIn('Permission denied (run it as root or as a member of '
+                      'the libvirt group)', err)
+
+    def test_unexpected_error_is_one_line(self):
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.cmd.status.collect',
+            lambda *a, **k: {}['boom']))
+        self.assertEqual(1, self.run_status('--connect', URI))
+        self.assertEqual("nova-numa-overhead status: unexpected error: "
+                         "KeyError: 'boom'\n", self.stderr.getvalue())
+
+
+class TestOnAFakeHost(StatusTestCase):
+    """A busy 4-node host: levels from counters and a rebalancing move."""
+
+    def setUp(self):
+        super().setUp()
+        self.hv = fakes.FakeHypervisor(nodes=4)
+        self.hv.add('hot', {0: 8 * GIB}, vcpu_node=0,
+                    extra_specs={'numa_overhead:policy': 'local'})
+        self.hv.add('cool', {2: GIB}, vcpu_node=2)
+        self.now = 100.0
+        self.flags(group='numa_overhead_agent', rebalance_threshold=3,
+                   enforcement='pages')
+
+    def sleep(self, seconds):
+        # Memory bound: cycle loss 0.9 (MC level 4), LLC hit rate 0.2.
+        self.hv.run('hot', 300000, 1000000, 100000, 80000, 900000)
+        self.now += 1
+
+    def collect(self, samples=4):
+        return status.collect(self.conf, 'fake://', samples=samples,
+                              interval=1.0, hypervisor=self.hv,
+                              sleep=self.sleep, clock=lambda: self.now)
+
+    def test_levels_moves_and_nothing_changed(self):
+        data = self.collect()
+        self.assertEqual(4, data['nodes'][0]['mc'])
+        self.assertGreater(data['nodes'][0]['llc'], 0)
+        self.assertTrue(data['rebalance_moves'])
+        self.assertTrue(all(m['guest'] == 'hot' and m['from'] == 0
+                            for m in data['rebalance_moves']))
+        hot = {g['name']: g for g in data['guests']}['hot']
+        self.assertTrue(hot['counters'])
+        self.assertEqual('local', hot['policy'])
+        self.assertEqual('pages', data['agent']['enforcement'])
+        self.assertEqual([], data['notes'])
+        # Nothing was changed on the host.
+        self.assertEqual([], self.hv.moves)
+        self.assertEqual({}, self.hv.nodesets)
+        self.assertEqual({}, self.hv.pins)
+        self.assertEqual(set(), self.hv.enabled)
+        self.assertEqual({'hot': {0: 8 * GIB}, 'cool': {2: GIB}},
+                         self.hv.memory)
+        text = status.render(data)
+        self.assertIn('  hot: ', text)
+        self.assertEqual([], [line for line in text.splitlines()
+                              if len(line) > 80])
+
+    def test_big_host_fits_80_columns(self):
+        self.hv = fakes.FakeHypervisor(nodes=32, memory_mb=1024 * GIB)
+        self.hv.add('instance-%s' % ('x' * 90), {n: GIB for n in range(32)})
+        text = status.render(self.collect(samples=1))
+        self.assertEqual([], [line for line in text.splitlines()
+                              if len(line) > 80])
+        self.assertIn('  31 ', text)
+
+    def test_lost_connection(self):
+        def sleep(seconds):
+            self.hv.down = True
+        self.assertRaises(hv_mod.HypervisorUnavailable, status.collect,
+                          self.conf, 'fake://', samples=2, hypervisor=self.hv,
+                          sleep=sleep)
+
+
+class TestReadOnlyHypervisor(base.TestCase):
+
+    def test_changes_are_refused(self):
+        hv = fakes.FakeHypervisor(nodes=2)
+        hv.add('a', {0: GIB})
+        domain = hv.domains()[0]
+        ro = status.ReadOnlyHypervisor(hv)
+        self.assertFalse(ro.enable_counters(domain))
+        for call in (lambda: ro.set_nodeset(domain, [1]),
+                     lambda: ro.move_pages(domain, [(0, 1, 64)], 100),
+                     lambda: ro.pin_vcpus(domain, [0])):
+            self.assertRaises(hv_mod.HypervisorError, call)
+        self.assertEqual(({}, [], {}, set()),
+                         (hv.nodesets, hv.moves, hv.pins, hv.enabled))
+        self.assertEqual({0: GIB}, ro.memory_per_node(domain))
