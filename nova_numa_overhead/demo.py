@@ -37,13 +37,13 @@ def _obs(hit, loss, ipc, cpu, memory):
 #          description)
 HOSTS = {
     'cmp-idle': (2, 6, [], [0, 0], 'two small empty nodes (6 GiB each)'),
-    'cmp-llc': (4, 64, [_obs(0.12, 0.08, 0.5, n % 2, {n % 2: 1.0})
+    'cmp-llc': (4, 64, [_obs(0.12, 0.68, 0.5, n % 2, {n % 2: 1.0})
                         for n in range(8)], [4, 4, 1, 1],
                 'LLC contention on sockets 0 and 1'),
-    'cmp-mc': (4, 64, [_obs(0.45, 0.36, 0.4, n, {n: 1.0})
+    'cmp-mc': (4, 64, [_obs(0.45, 0.84, 0.4, n, {n: 1.0})
                        for n in range(4)] * 2, [2, 2, 2, 2],
                'memory controllers congested on every node'),
-    'cmp-remote': (4, 64, [_obs(0.5, 0.25, 0.3, n, {(n + 1) % 4: 1.0})
+    'cmp-remote': (4, 64, [_obs(0.5, 0.86, 0.3, n, {(n + 1) % 4: 1.0})
                            for n in range(4)], [1, 1, 1, 1],
                    'guests running remote from their memory'),
 }

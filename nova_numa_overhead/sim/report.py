@@ -16,11 +16,13 @@ import sys
 
 LABELS = {
     'nova-default': 'nova', 'numad': 'numad', 'interleave': 'intlv',
-    'vtrms': 'vtrms', 'vprobe': 'vprobe', 'vdarm': 'vdarm',
-    'overhead-aware': 'ours', 'overhead-aware+fifo': 'ours+f',
-    'overhead-aware+vcpu': 'ours+v',
-    'oracle': 'oracle',
+    'vtrms': 'vtrms', 'vprobe': 'vprob', 'vdarm': 'vdarm',
+    'overhead-aware': 'ours', 'overhead-aware+fifo': 'o+f',
+    'overhead-aware+vcpu': 'o+v', 'oracle': 'orcl',
 }
+LEGEND = ('nova = Nova default (first touch), intlv = interleave, '
+          'vprob = vProbe,\nours = overhead-aware, o+f = with swap-FIFO '
+          'rebalancing, o+v = with\nvCPU co-location, orcl = oracle')
 OURS = ('overhead-aware', 'overhead-aware+fifo', 'overhead-aware+vcpu')
 BASELINE = 'nova-default'
 
@@ -108,31 +110,34 @@ def summary(scenario, results: dict) -> dict:
 def table(data: dict) -> str:
     """An 80-column table of the summary."""
     names = list(data['policies'])
-    head = '%-16s' % 'guest   profile' + ''.join(
-        '%7s' % LABELS.get(n, n[:6]) for n in names)
-    lines = ['%s: %s (seed %d)' % (data['scenario'], data['description'],
-                                   data['seed']),
+    head = '%-14s' % 'guest  profile' + ''.join(
+        '%6s' % LABELS.get(n, n[:5]) for n in names)
+    lines = [data['scenario'],
+             '%s (seed %d)' % (data['description'], data['seed']),
              'throughput per guest, normalised to nova-default',
              head, '-' * len(head)]
     for guest, info in data['guests'].items():
-        row = '%-8s%-8s' % (guest[:7], info['profile'][:7])
+        row = '%-7s%-7s' % (guest[:6], info['profile'][:6])
         for n in names:
-            row += '%7.2f' % data['policies'][n]['normalised'].get(guest, 0)
+            row += '%6.2f' % data['policies'][n]['normalised'].get(guest, 0)
         lines.append(row)
     lines.append('-' * len(head))
-    lines.append('%-16s' % 'mean' + ''.join(
-        '%7.2f' % (data['policies'][n]['vs_nova_default'] or 0)
+    lines.append('%-14s' % 'mean' + ''.join(
+        '%6.2f' % (data['policies'][n]['vs_nova_default'] or 0)
         for n in names))
-    lines.append('%-16s' % 'hottest level' + ''.join(
-        '%7.0f' % data['policies'][n]['hottest_level'] for n in names))
-    lines.append('%-16s' % 'moved GiB' + ''.join(
-        '%7.1f' % (data['policies'][n]['moved_mb'] / 1024.0)
+    lines.append('%-14s' % 'hottest level' + ''.join(
+        '%6.0f' % data['policies'][n]['hottest_level'] for n in names))
+    lines.append('%-14s' % 'moved GiB' + ''.join(
+        '%6.0f' % (data['policies'][n]['moved_mb'] / 1024.0)
         for n in names))
+    lines.append(LEGEND)
     if 'gain_over' in data:
         lines.append('')
-        lines.append('%s vs each: %s' % (LABELS[data['ours']], ', '.join(
-            '%s %+.1f%%' % (LABELS.get(n, n), 100 * g)
-            for n, g in data['gain_over'].items())))
+        gains = ['%s %+.1f%%' % (LABELS.get(n, n), 100 * g)
+                 for n, g in data['gain_over'].items()]
+        lines.append('%s vs each:' % LABELS[data['ours']])
+        for i in range(0, len(gains), 5):
+            lines.append('  ' + ', '.join(gains[i:i + 5]))
         if 'fraction_of_oracle' in data:
             lines.append('%s reaches %.1f%% of the oracle'
                          % (LABELS[data['ours']],
