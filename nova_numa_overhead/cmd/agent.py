@@ -55,8 +55,42 @@ def validate(conf) -> None:
     agent_conf.check(conf)
 
 
+class SimulatedHost:
+    """``hypervisor = sim``: a simulated host whose guests arrive over
+    time; the service advances the model every sample.
+    """
+
+    def __init__(self, conf):
+        import dataclasses
+
+        from nova_numa_overhead.sim import backend
+        from nova_numa_overhead.sim import model
+        from nova_numa_overhead.sim import presets
+        from nova_numa_overhead.sim import runner
+        from nova_numa_overhead.sim import scenarios
+        opts = conf.numa_overhead_agent
+        scenario = dataclasses.replace(scenarios.get(opts.sim_scenario),
+                                       host=presets.host(opts.sim_host))
+        self.runner = runner
+        self.pending = [p for p in runner.arrival_order(scenario)
+                        if p.vcpu_node < scenario.host.size and
+                        all(n < scenario.host.size for n in p.first_touch)]
+        self.hypervisor = backend.SimHypervisor(model.Host(scenario.host))
+        self.seconds = float(opts.sample_interval)
+
+    def step(self) -> None:
+        """Start the next guest, if any, and run the model."""
+        if self.pending:
+            plan = self.pending.pop(0)
+            self.hypervisor.start(self.runner.make_guest(
+                self.hypervisor.host, plan))
+        self.hypervisor.advance(self.seconds)
+
+
 def make_hypervisor(conf):
     opts = conf.numa_overhead_agent
+    if opts.hypervisor == 'sim':
+        return SimulatedHost(conf)
     from nova_numa_overhead.compute import libvirt_driver
     from nova_numa_overhead.compute import pages
     mover = pages.PageMover() if opts.enforcement == 'pages' else None
@@ -86,6 +120,7 @@ class AgentService(service_base.ServiceBase):
         self.publisher = publisher
         self.notifier = notifier
         self.agent = None
+        self.simulated = None
         self._loops = []
 
     # oslo.service's launcher calls these.
@@ -98,6 +133,10 @@ class AgentService(service_base.ServiceBase):
         opts = conf.numa_overhead_agent
         host = conf.host
         self.hypervisor = self.hypervisor or make_hypervisor(conf)
+        self.simulated = None
+        if isinstance(self.hypervisor, SimulatedHost):
+            self.simulated = self.hypervisor
+            self.hypervisor = self.simulated.hypervisor
         self.publisher = self.publisher or rpc.ReportPublisher(conf)
         if self.notifier is None:
             try:
@@ -121,6 +160,8 @@ class AgentService(service_base.ServiceBase):
 
     def _cycle(self):
         try:
+            if self.simulated is not None:
+                self.simulated.step()
             self.agent.cycle()
         except Exception:
             LOG.exception('Sampling cycle failed; next one in '

@@ -67,8 +67,56 @@ Related options:
         'hypervisor',
         default='libvirt',
         choices=[('libvirt', 'the local libvirt daemon '
-                  '(``connection_uri``)')],
-        help='Hypervisor backend the agent measures and acts on.'),
+                  '(``connection_uri``)'),
+                 ('sim', 'a simulated NUMA host (``sim_host``, '
+                  '``sim_scenario``)')],
+        help="""
+Hypervisor backend the agent measures and acts on.
+
+Possible values:
+
+* ``libvirt``: the local libvirt daemon.
+* ``sim``: a simulated NUMA host (``sim_host``), for trying the agent
+  without a multi-socket machine.
+
+Related options:
+
+* ``[numa_overhead_agent] connection_uri``
+* ``[numa_overhead_agent] sim_host``
+"""),
+    cfg.StrOpt(
+        'sim_host',
+        default='ibm-x3850-4s',
+        help="""
+Host preset simulated when ``hypervisor = sim``.
+
+Possible values:
+
+* ``ibm-x3850-2s``, ``ibm-x3850-4s``, ``ibm-x3850-8s``, ``intel-e5-4610``,
+  ``amd-6376``.
+
+Related options:
+
+* ``[numa_overhead_agent] hypervisor``
+* ``[numa_overhead_agent] sim_scenario``
+"""),
+    cfg.StrOpt(
+        'sim_scenario',
+        default='mixed-8',
+        help="""
+Built-in scenario (``nova-numa-overhead simulate --list``) whose guests start
+on the simulated host when ``hypervisor = sim``, one every
+``sample_interval`` seconds.
+
+Possible values:
+
+* The name of a built-in scenario.
+
+Related options:
+
+* ``[numa_overhead_agent] hypervisor``
+* ``[numa_overhead_agent] sim_host``
+"""),
     cfg.IntOpt(
         'sample_interval',
         default=1,
@@ -80,6 +128,11 @@ keeps a sliding window of ``window_size`` samples.
 Possible values:
 
 * An integer >= 1.
+
+Related options:
+
+* ``[numa_overhead_agent] window_size``
+* ``[numa_overhead_agent] report_interval``
 """),
     cfg.IntOpt(
         'window_size',
@@ -93,6 +146,10 @@ paper uses 16).
 Possible values:
 
 * An integer from 1 to 1024.
+
+Related options:
+
+* ``[numa_overhead_agent] sample_interval``
 """),
     cfg.IntOpt(
         'report_interval',
@@ -122,6 +179,11 @@ Longest time without a report: the schedulers treat a host silent for
 Possible values:
 
 * An integer >= 1, at most half of ``[numa_overhead] report_ttl``.
+
+Related options:
+
+* ``[numa_overhead_agent] report_interval``
+* ``[numa_overhead] report_ttl``
 """),
     cfg.IntOpt(
         'rebalance_interval',
@@ -159,6 +221,10 @@ Related options:
 
 * ``[numa_overhead_agent] reserve_mb``
 * ``[numa_overhead_agent] migrate_rate_mb_per_s``
+
+Possible values:
+
+* ``off``, ``advisory``, ``nodeset`` or ``pages``.
 """),
     cfg.FloatOpt(
         'migrate_rate_mb_per_s',
@@ -171,6 +237,11 @@ means no limit.
 Possible values:
 
 * A float >= 0.
+
+Related options:
+
+* ``[numa_overhead_agent] max_move_mb_per_period``
+* ``[numa_overhead_agent] enforcement``
 """),
     cfg.IntOpt(
         'max_move_mb_per_period',
@@ -182,6 +253,11 @@ Most memory, in MiB, the rebalancer moves in one period, over all guests.
 Possible values:
 
 * An integer >= 0.
+
+Related options:
+
+* ``[numa_overhead_agent] migrate_rate_mb_per_s``
+* ``[numa_overhead_agent] rebalance_interval``
 """),
     cfg.IntOpt(
         'fifo_entries',
@@ -195,6 +271,11 @@ paper uses 256).
 Possible values:
 
 * An integer from 1 to 65536.
+
+Related options:
+
+* ``[numa_overhead_agent] rebalance_interval``
+* ``[numa_overhead_agent] rebalance_threshold``
 """),
     cfg.StrOpt(
         'managed_guests',
@@ -207,6 +288,14 @@ Possible values:
         help="""
 Which guests the agent places and rebalances. Guests Nova pinned (strict
 numatune memnodes, dedicated CPUs, hugepages) are never touched.
+
+Possible values:
+
+* ``floating`` or ``opt_in``.
+
+Related options:
+
+* flavor extra spec ``numa_overhead:policy``
 """),
     cfg.IntOpt(
         'reserve_mb',
@@ -220,6 +309,10 @@ kill.
 Possible values:
 
 * An integer >= 0.
+
+Related options:
+
+* ``[numa_overhead_agent] enforcement``
 """),
     cfg.IntOpt(
         'rebalance_threshold',
@@ -232,6 +325,11 @@ node at least two levels lower exists (Liu & Li, section 4.3).
 Possible values:
 
 * An integer >= 0.
+
+Related options:
+
+* ``[numa_overhead_agent] rebalance_interval``
+* ``[numa_overhead_agent] mc_thresholds`` and the other thresholds
 """),
     cfg.FloatOpt(
         'llc_low_bound',
@@ -244,6 +342,10 @@ friendly and left alone (vProbe: 3).
 Possible values:
 
 * A float >= 0, below ``llc_high_bound``.
+
+Related options:
+
+* ``[numa_overhead_agent] llc_high_bound``
 """),
     cfg.FloatOpt(
         'llc_high_bound',
@@ -256,6 +358,10 @@ LLC (vProbe: 20).
 Possible values:
 
 * A float >= 0, above ``llc_low_bound``.
+
+Related options:
+
+* ``[numa_overhead_agent] llc_low_bound``
 """),
     cfg.IntOpt(
         'node_bandwidth_mbps',
@@ -268,6 +374,10 @@ vDARM's sensitivity factor compares a guest's bandwidth demand.
 Possible values:
 
 * An integer >= 1.
+
+Related options:
+
+* ``[numa_overhead_agent] rebalance_threshold``
 """),
     cfg.BoolOpt(
         'colocate_vcpus',
@@ -276,6 +386,14 @@ Possible values:
 Narrow a floating guest's vCPU affinity to the CPUs of the nodes holding most
 of its memory (vTRMS/vDARM), inside the host's shared CPU set. Off by
 default: Nova owns vCPU placement.
+
+Possible values:
+
+* True or False.
+
+Related options:
+
+* ``[numa_overhead_agent] enforcement`` (``nodeset`` or ``pages``)
 """),
     cfg.StrOpt(
         'topology_file',
@@ -287,6 +405,10 @@ the remote-access latency levels when present.
 Possible values:
 
 * A path, or unset to use SLIT.
+
+Related options:
+
+* ``[numa_overhead_agent] rml_thresholds``
 """),
     _thresholds('llc', estimator.DEFAULT_LLC_THRESHOLDS,
                 'LLC contention (1 - LLC hit rate)'),

@@ -117,6 +117,11 @@ Related options:
 
 * ``[numa_overhead] report_ttl``
 * ``[numa_overhead] max_level``
+
+Possible values:
+
+* ``pass``: hosts without a fresh report pass.
+* ``fail``: they fail.
 """),
     cfg.FloatOpt(
         'weight_multiplier',
@@ -168,6 +173,11 @@ guest's memory when it starts.
 Related options:
 
 * ``[numa_overhead] default_max_nodes``
+
+Possible values:
+
+* ``proportional``, ``local``, ``spread`` or ``none`` (see
+  ``numa_overhead:policy``).
 """),
     cfg.IntOpt(
         'default_max_nodes',
@@ -201,6 +211,11 @@ the host that looked best in its last report.
 Possible values:
 
 * A float >= 0; 0 only corrects free memory.
+
+Related options:
+
+* ``[numa_overhead] report_ttl``
+* ``[numa_overhead_agent] report_interval``
 """),
     cfg.BoolOpt(
         'sync_on_start',
@@ -208,6 +223,14 @@ Possible values:
         help="""
 When a scheduler worker starts listening for reports, ask every agent for a
 fresh report at once instead of waiting for their next periodic report.
+
+Possible values:
+
+* True or False.
+
+Related options:
+
+* ``[numa_overhead] report_topic``
 """),
     cfg.IntOpt(
         'max_report_bytes',
@@ -220,6 +243,10 @@ are rejected and logged with the host name.
 Possible values:
 
 * An integer >= 1024; a 64-node host's report is about 34 KiB.
+
+Related options:
+
+* ``[numa_overhead] report_topic``
 """),
 ]
 

@@ -114,3 +114,29 @@ class TestAgentService(base.TestCase):
         svc._rebalance()
         self.assertIn('Sampling cycle failed', self.logger.output)
         self.assertIn('Rebalancing failed', self.logger.output)
+
+
+class TestSimulatedHypervisor(base.TestCase):
+
+    def test_agent_service_on_a_simulated_host(self):
+        from oslo_service import loopingcall
+        self.useFixture(fixtures.MockPatchObject(
+            loopingcall, 'FixedIntervalLoopingCall', autospec=True))
+        conf = conf_with('[DEFAULT]\nhost = sim-1\n'
+                         '[numa_overhead]\ntransport_url = fake://\n'
+                         '[numa_overhead_agent]\nhypervisor = sim\n'
+                         'sim_scenario = remote-4\nenforcement = pages\n')
+        agent_cmd.validate(conf)
+        publisher = test_agent.FakePublisher()
+        svc = agent_cmd.AgentService(conf, publisher=publisher,
+                                     notifier=test_agent.FakeNotifier())
+        svc.start()
+        self.addCleanup(svc.stop)
+        for _ in range(8):
+            svc._cycle()
+        report = publisher.reports[-1]
+        self.assertEqual('sim-1', report.host)
+        self.assertEqual(4, report.size)
+        self.assertEqual(4, len(svc.agent.domains))
+        # The remote-access guests had their memory brought home.
+        self.assertGreater(svc.hypervisor.moved_mb, 0)
