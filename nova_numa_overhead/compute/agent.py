@@ -29,6 +29,7 @@ the loops.
 """
 
 import collections
+import dataclasses
 import threading
 import time
 import uuid
@@ -102,6 +103,7 @@ class Agent:
             else None)
         self.domains: dict = {}
         self.pending: set = set()
+        self.nova_allowed: dict = {}
         # The latest decisions (for logs, status and tests), bounded.
         self.decisions = collections.OrderedDict()
         self.last_report = None
@@ -195,12 +197,17 @@ class Agent:
                    if name not in self.domains or name in self.pending]
         stopped = [name for name in self.domains if name not in current]
         for domain in started:
+            # The nodes Nova allows (numatune it wrote, or every node):
+            # the agent's own nodeset restrictions are not limits to it.
+            self.nova_allowed[domain.name] = tuple(domain.allowed_nodes)
             if not domain.pinned and not domain.metadata_error:
                 self._guarded(domain, self.hv.enable_counters, domain)
         for name in self._measure(listed, now):
             current.pop(name, None)
         self.domains = current
         self.collector.retain(current)
+        for name in [n for n in self.nova_allowed if n not in current]:
+            del self.nova_allowed[name]
         self.free_mb = self.hv.free_memory_mb()
         self.levels = estimator.estimate(self.collector.observations(),
                                          self.estimator_topology,
@@ -340,8 +347,16 @@ class Agent:
         if event == 'started':
             self.cycle()
 
+    def as_nova_placed(self, domain: hv_mod.DomainInfo):
+        """The domain with the nodes Nova allows it, not the agent's."""
+        allowed = self.nova_allowed.get(domain.name)
+        if allowed is None or allowed == tuple(domain.allowed_nodes):
+            return domain
+        return dataclasses.replace(domain, allowed_nodes=allowed)
+
     def place(self, domain: hv_mod.DomainInfo) -> placer_mod.Decision:
         state = self.collector.guests.get(domain.name)
+        domain = self.as_nova_placed(domain)
         try:
             decision = self.placer.place(
                 domain, self.host_view(without=domain.name),
@@ -435,6 +450,7 @@ class Agent:
         if self.opts.enforcement == 'pages':
             pages = self._pages_allowed(move.mb)
             try:
+                domain = self._widen(domain, move.dst)
                 result = self.hv.move_pages(domain,
                                             [(move.src, move.dst, move.mb)],
                                             pages)
@@ -456,16 +472,41 @@ class Agent:
                   'src': move.src, 'dst': move.dst, 'reason': move.reason})
         self._notify('numa_overhead.rebalance', payload)
 
-    def colocate(self) -> None:
-        """Narrow floating guests' vCPUs to their memory's node (opt-in)."""
+    def _widen(self, domain, node):
+        """Add ``node`` to a nodeset the agent narrowed, so pages can go
+        there; never beyond what Nova allows.
+        """
+        current = tuple(domain.allowed_nodes)
+        nova = self.nova_allowed.get(domain.name, ())
+        if not current or node in current or (nova and node not in nova):
+            return domain
+        nodes = tuple(sorted(set(current) | {node}))
+        self.hv.set_nodeset(domain, nodes)
+        return dataclasses.replace(domain, allowed_nodes=nodes)
+
+    def colocate(self) -> list:
+        """Move memory-intensive guests, vCPUs and memory, to a better
+        node (opt-in: ``colocate_vcpus``).
+
+        A guest moves when another local node is at least a level better
+        than where its vCPUs run now (vTRMS/vDARM's co-location, driven by
+        the measured levels); one guest per period, so that the levels can
+        follow. Returns the names of the guests moved.
+        """
         if not self.opts.colocate_vcpus or self.opts.enforcement in (
                 'off', 'advisory'):
-            return
-        for guest in self.managed_guests():
-            if not guest.memory_mb:
-                continue
-            node = max(guest.memory_mb, key=lambda n: guest.memory_mb[n])
-            cpus = self.topology.nodes[node].cpus
-            domain = self.domains.get(guest.name)
-            if domain is not None and cpus:
-                self._guarded(domain, self.hv.pin_vcpus, domain, cpus)
+            return []
+        with self._lock:
+            for guest in self.managed_guests():
+                domain = self.domains.get(guest.name)
+                if domain is None or guest.action == 'leave':
+                    continue
+                state = self.collector.guests.get(guest.name)
+                view = self.host_view(without=guest.name)
+                if self.placer.better_home(self.as_nova_placed(domain), view,
+                                           state.cpu) is None:
+                    continue
+                decision = self.place(domain)
+                if decision is not None and decision.action != 'skipped':
+                    return [guest.name]
+        return []

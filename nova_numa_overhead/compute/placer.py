@@ -36,6 +36,8 @@ from nova_numa_overhead.scheduler import request
 
 LOG = logging.getLogger(__name__)
 
+# Levels by which moving a guest's vCPUs must beat keeping them.
+COLOCATE_MARGIN = 1
 OFF = 'off'
 ADVISORY = 'advisory'
 NODESET = 'nodeset'
@@ -135,6 +137,25 @@ class Placer:
         # colocate_vcpus).
         self.colocate_cpus = colocate_cpus
 
+    def better_home(self, domain, view, cpu) -> 'planner.Plan | None':
+        """A plan on another local node a margin better, or None."""
+        policy, _ = guest_policy(domain, self.managed, self.default_policy,
+                                 self.default_max_nodes)
+        here = local_node(cpu)
+        if policy is None or here is None or not self.colocate_cpus:
+            return None
+        mb = max(domain.memory_mb, 1)
+        view = restrict(view, set(domain.allowed_nodes or range(view.size)))
+        stay = planner.plan(view, mb, policy.policy, policy.max_nodes,
+                            local=here)
+        best = planner.plan(view, mb, policy.policy, policy.max_nodes)
+        if best is None or best.local == here:
+            return None
+        if stay is not None and best.overhead > \
+                stay.overhead - COLOCATE_MARGIN:
+            return None
+        return best
+
     def place(self, domain: hv_mod.DomainInfo, view: planner.HostView,
               cpu: dict, before: dict) -> Decision:
         """Plan and enforce one guest.
@@ -151,10 +172,17 @@ class Placer:
             return Decision(domain.name, 'skipped', why, before=before)
         allowed = set(domain.allowed_nodes or range(view.size))
         view = restrict(view, allowed)
-        plan = planner.plan(view, max(domain.memory_mb, 1), policy.policy,
-                            policy.max_nodes,
-                            local=None if self.colocate_cpus
-                            else local_node(cpu))
+        mb = max(domain.memory_mb, 1)
+        here = local_node(cpu)
+        plan = planner.plan(view, mb, policy.policy, policy.max_nodes,
+                            local=here)
+        if self.colocate_cpus:
+            # Moving the vCPUs too pays only when another local node is a
+            # level better than bringing the memory to where they run.
+            best = planner.plan(view, mb, policy.policy, policy.max_nodes)
+            if best is not None and (plan is None or best.overhead <=
+                                     plan.overhead - COLOCATE_MARGIN):
+                plan = best
         if plan is None:
             return Decision(domain.name, 'skipped',
                             'no plan fits the free memory of its allowed '

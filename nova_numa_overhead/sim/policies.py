@@ -214,7 +214,9 @@ class OverheadAware(Policy):
         self.clock[0] = now
         self.agent.cycle()
         if self.rebalance_every and int(now) % self.rebalance_every == 0:
+            # What the agent service does every rebalance_interval.
             self.agent.rebalance()
+            self.agent.colocate()
 
 
 class OverheadAwareFifo(OverheadAware):

@@ -11,6 +11,8 @@
 # under the License.
 """A scriptable in-memory hypervisor for agent tests (4 or 8 nodes)."""
 
+import dataclasses
+
 from nova_numa_overhead.compute import hypervisor as hv_mod
 
 
@@ -95,7 +97,9 @@ class FakeHypervisor(hv_mod.Hypervisor):
 
     def domains(self):
         self._check('domains')
-        return list(self.guests.values())
+        return [dataclasses.replace(d, allowed_nodes=self.nodesets[name])
+                if name in self.nodesets else d
+                for name, d in self.guests.items()]
 
     def enable_counters(self, domain):
         self._check('enable_counters', domain)
@@ -127,7 +131,12 @@ class FakeHypervisor(hv_mod.Hypervisor):
         requested = 0
         failed = dict(self.move_failures)
         memory = self.memory[domain.name]
+        allowed = self.nodesets.get(domain.name)
         for src, dst, mb in moves:
+            if allowed and dst not in allowed:
+                # The kernel refuses pages outside the cpuset's mems.
+                failed['EACCES'] = failed.get('EACCES', 0) + int(mb * 256)
+                continue
             mb = min(mb, memory.get(src, 0), self.free[dst])
             if max_pages is not None:
                 mb = min(mb, (max_pages - moved) / 256.0)

@@ -335,9 +335,12 @@ class TestRebalancing(AgentTestCase):
             self.busy('hot', hit=0.6, loss=0.9, ipc=0.3)
             self.clock.now += 1
             agent.cycle()
+        # Placement restricted it to node 0; the moves widen that first.
+        self.assertEqual((0,), self.hv.nodesets['hot'])
         moves = agent.rebalance()
         self.assertTrue(moves)
         self.assertTrue(all(m.src == 0 and m.dst != 0 for m in moves))
+        self.assertIn(moves[0].dst, self.hv.nodesets['hot'])
         self.assertLessEqual(sum(m.mb for m in moves), 1024)
         self.assertLess(self.hv.memory['hot'][0], 8 * GIB)
         event, payload = self.notifier.events[-1]
@@ -417,18 +420,38 @@ class TestMeasuredTopology(AgentTestCase):
 
 class TestColocation(AgentTestCase):
 
-    def test_vcpus_follow_memory_when_enabled(self):
-        self.flags(group='numa_overhead_agent', enforcement='nodeset')
-        self.hv.add('g', {1: 6 * GIB, 2: 2 * GIB}, vcpu_node=0)
+    def crowd_node_0(self, agent):
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        self.hv.add('b', {0: 4 * GIB}, vcpu_node=0)
+        for _ in range(3):
+            for name in ('a', 'b'):
+                # Thrashing the LLC of node 0 and its controller.
+                self.busy(name, hit=0.1, loss=0.9, ipc=0.3)
+            self.clock.now += 1
+            agent.cycle()
+
+    def test_off_by_default(self):
         agent = self.make_agent()
-        agent.cycle()
-        agent.colocate()
+        self.crowd_node_0(agent)
+        self.assertEqual([], agent.colocate())
         self.assertEqual({}, self.hv.pins)
+
+    def test_a_crowded_guest_moves_with_its_memory(self):
         self.flags(group='numa_overhead_agent', colocate_vcpus=True)
         agent = self.make_agent()
-        agent.cycle()
-        agent.colocate()
-        self.assertEqual(tuple(range(8, 16)), self.hv.pins['g'])
+        self.crowd_node_0(agent)
+        moved = agent.colocate()
+        self.assertEqual(1, len(moved))
+        name = moved[0]
+        node = self.hv.pins[name][0] // 8
+        self.assertNotEqual(0, node)
+        self.assertEqual(tuple(range(node * 8, node * 8 + 8)),
+                         self.hv.pins[name])
+        self.assertEqual({node: 4 * GIB},
+                         {n: mb for n, mb in self.hv.memory[name].items()
+                          if mb})
+        self.assertIn('vCPUs to node %d' % node,
+                      agent.decisions[name].reason)
 
 
 class TestFullNode(AgentTestCase):
