@@ -25,7 +25,9 @@ run on; when unknown every node is tried and the best plan kept):
 2. Otherwise a step threshold starts at 0 and rises by 2 (overheads 0,
    1-2, 3-4, ...) until the nodes under it, at most ``max_nodes`` of them
    (nearest first within a step), can hold the request; more nodes are
-   taken only when ``max_nodes`` nodes cannot hold it.
+   taken only when ``max_nodes`` nodes cannot hold it. When the local node
+   could hold the request alone, only nodes cheaper than it share it:
+   remote accesses cost latency the integer levels do not show.
 3. Shares are proportional to ``1 / (1 + overhead)``, rounded to binary
    fractions of the request: every share is one power-of-two block
    (1/2, 1/4, 1/8 ... of the request), the blocks add up to the request, a
@@ -244,6 +246,11 @@ def _select(view: HostView, local: int, request_mb: int,
         chosen = [i for i in order
                   if math.ceil(row[i] / STEP) <= step][:max_nodes]
         if sum(free[i] for i in chosen) >= request_mb:
+            # A remote node only shares the load of a local node that can
+            # hold it alone when it is cheaper than the local node.
+            if local in chosen and free[local] >= request_mb:
+                chosen = [i for i in chosen
+                          if i == local or row[i] < row[local]]
             return chosen
     # max_nodes nodes cannot hold it: take more, lowest overhead first.
     chosen = []

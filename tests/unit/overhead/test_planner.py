@@ -130,6 +130,9 @@ class TestProportional(testtools.TestCase):
     def test_threshold_rises_until_the_candidates_hold_it(self):
         # Steps: overheads 1 and 2 (step 1), 3 (step 2), 5 (step 3) ...
         v = view([1, 9, 2, 5, 3, 12])
+        # The local node holds it and no node under the step is cheaper.
+        self.assertEqual([0], planner.plan(v, 8 * GIB, local=0).nodes)
+        v = view([2, 9, 1, 5, 3, 12])
         self.assertEqual([0, 2], planner.plan(v, 8 * GIB, local=0).nodes)
         v = view([1, 9, 2, 5, 3, 12], free=[3 * GIB] * 6)
         self.assertEqual([0, 2, 4], planner.plan(v, 8 * GIB, local=0).nodes)
