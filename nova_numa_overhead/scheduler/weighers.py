@@ -68,22 +68,22 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
             LOG.debug('NUMAOverheadWeigher gives every host the same '
                       'weight: %s', exc)
             return [unknown] * len(weighed_obj_list)
-        weigh = self._weight
-        return [weigh(obj.obj, query, unknown) for obj in weighed_obj_list]
+        overhead = query.overhead
+        weights = []
+        # The hot loop of the weigher: one look-up per host.
+        for obj in weighed_obj_list:
+            host = obj.obj
+            try:
+                planned = overhead(host.host, host.free_ram_mb,
+                                   host.num_instances)
+            except Exception:
+                LOG.exception('NUMA overhead lookup failed for host %s',
+                              host.host)
+                planned = None
+            weights.append(unknown if planned is None or planned == math.inf
+                           else 1.0 / (1.0 + planned))
+        return weights
 
     def _weigh_object(self, host_state, weight_properties):
         return self.weigh_objects(
             [weights.WeighedHost(host_state, 0.0)], weight_properties)[0]
-
-    @staticmethod
-    def _weight(host_state, query, unknown) -> float:
-        try:
-            planned = query.overhead(host_state.host, host_state.free_ram_mb,
-                                     host_state.num_instances)
-        except Exception:
-            LOG.exception('NUMA overhead lookup failed for host %s',
-                          host_state.host)
-            return unknown
-        if planned is store.UNKNOWN or planned == math.inf:
-            return unknown
-        return 1.0 / (1.0 + planned)
