@@ -39,20 +39,12 @@ import platform
 import time
 
 from nova_numa_overhead.compute import hypervisor
+from nova_numa_overhead.compute import syscalls
 
 LOG = logging.getLogger(__name__)
 
 # move_pages(2) syscall numbers by platform.machine().
-SYSCALL_NUMBERS = {
-    'x86_64': 279,
-    'amd64': 279,
-    'aarch64': 239,
-    'arm64': 239,
-    'riscv64': 239,
-    'ppc64': 301,
-    'ppc64le': 301,
-    's390x': 310,
-}
+SYSCALL_NUMBERS = syscalls.NUMBERS['move_pages']
 
 MPOL_MF_MOVE = 1 << 1       # move pages mapped only by this process
 MPOL_MF_MOVE_ALL = 1 << 2   # also shared pages (needs CAP_SYS_NICE)
@@ -65,8 +57,6 @@ UNREPORTED_NAME = 'EBUSY'
 # Syscall-level errors about the target node rather than the process:
 # every page of the call fails the same way, so they are counted per page.
 NODE_ERRNOS = frozenset((errno.ENODEV, errno.EACCES))
-
-_libc = None
 
 
 class MoveError(OSError):
@@ -85,20 +75,15 @@ def errno_name(err: int) -> str:
 
 def syscall_number(machine: str | None = None) -> int:
     """move_pages(2)'s number on this (or the given) architecture."""
-    machine = machine or platform.machine()
     try:
-        return SYSCALL_NUMBERS[machine.lower()]
-    except KeyError:
-        raise MoveError(errno.ENOSYS,
-                        'move_pages syscall number unknown on %s' % machine)
+        return syscalls.number('move_pages',
+                               machine or platform.machine())
+    except OSError as exc:
+        raise MoveError(exc.errno, exc.strerror)
 
 
 def _syscall():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    return _libc.syscall
+    return syscalls.libc_syscall()
 
 
 def move_pages(pid: int, addresses: list[int], nodes: list[int] | None,

@@ -47,6 +47,8 @@ import re
 import time
 from typing import Callable
 
+from nova_numa_overhead.compute import syscalls
+
 LOG = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
@@ -54,16 +56,7 @@ NODE_SYSFS = '/sys/devices/system/node'
 CPU_SYSFS = '/sys/devices/system/cpu'
 
 # set_mempolicy(2) syscall numbers by platform.machine().
-SYSCALL_NUMBERS = {
-    'x86_64': 238,
-    'amd64': 238,
-    'aarch64': 237,
-    'arm64': 237,
-    'riscv64': 237,
-    'ppc64': 261,
-    'ppc64le': 261,
-    's390x': 270,
-}
+SYSCALL_NUMBERS = syscalls.NUMBERS['set_mempolicy']
 MPOL_BIND = 2
 
 CACHE_LINE = 64         # bytes; the gather touches one element per line
@@ -76,8 +69,6 @@ _MIB = 1024 * 1024
 _ITEM = 8               # float64
 
 Runner = Callable[[int, int, list, int, int], tuple]
-
-_libc = None
 
 
 @dataclasses.dataclass
@@ -165,20 +156,11 @@ def _parse_size(text: str) -> int:
 
 def syscall_number(machine: str | None = None) -> int:
     """set_mempolicy(2)'s number on this (or the given) architecture."""
-    machine = machine or platform.machine()
-    try:
-        return SYSCALL_NUMBERS[machine.lower()]
-    except KeyError:
-        raise OSError(errno.ENOSYS,
-                      'set_mempolicy syscall number unknown on %s' % machine)
+    return syscalls.number('set_mempolicy', machine or platform.machine())
 
 
 def _syscall():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    return _libc.syscall
+    return syscalls.libc_syscall()
 
 
 def bind_memory(node: int) -> None:
