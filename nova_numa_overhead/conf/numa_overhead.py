@@ -18,6 +18,7 @@ nova.conf that nova-scheduler and the agent share.
 
 from oslo_config import cfg
 
+from nova_numa_overhead.conf import base
 from nova_numa_overhead.overhead import planner
 
 GROUP = cfg.OptGroup(
@@ -252,11 +253,7 @@ Related options:
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    # A group object of its own per ConfigOpts: oslo.config keeps overrides
-    # in the group object, which would otherwise leak between confs.
-    conf.register_group(cfg.OptGroup(GROUP.name, title=GROUP.title,
-                                     help=GROUP.help))
-    conf.register_opts(OPTS, group=GROUP.name)
+    base.register(conf, GROUP, OPTS)
 
 
 def list_opts():
