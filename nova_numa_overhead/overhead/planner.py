@@ -345,13 +345,15 @@ def plan(view: HostView, request_mb: int, policy: str = PROPORTIONAL,
         else:
             candidate = _local(view, node, request_mb, policy)
         if candidate is not None and (
-                best is None or _rank(candidate) < _rank(best)):
+                best is None or _rank(view, candidate) < _rank(view, best)):
             best = candidate
     return best
 
 
-def _rank(plan: Plan) -> tuple:
-    # Lowest overhead; on a tie, fewer nodes and more of it local: remote
-    # accesses the levels do not see (yet) still cost latency.
+def _rank(view: HostView, plan: Plan) -> tuple:
+    # Lowest overhead; on a tie, fewer nodes, fewer guests already running
+    # there and more of it local: what the integer levels do not show
+    # (yet) still costs.
     return (plan.overhead, len(plan.shares),
+            sum(view.guests[n] for n in plan.shares),
             -plan.shares.get(plan.local, 0), plan.local)
