@@ -58,7 +58,6 @@ class Scheduler:
         conf.set_override('transport_url', transport_url or 'fake://',
                           group='numa_overhead')
         conf.set_override('report_topic', topic, group='numa_overhead')
-        conf.set_override('weight_multiplier', 2.0, group='numa_overhead')
         store.reset_store()
         self.store = store.get_store(conf) if ours else None
         self.filter_handler = nova_filters.HostFilterHandler()
@@ -98,6 +97,22 @@ def _host_states(hosts):
         state.aggregates = []
         states.append(state)
     return states
+
+
+def _wait_for_reports(store, pols, timeout: float = 10.0) -> None:
+    """Until the store holds every report the agents sent: the run does
+    not depend on how fast the transport delivers.
+    """
+    deadline = time.monotonic() + timeout
+    for hname, policy in pols.items():
+        want = policy.agent.seq if policy.agent.last_report else None
+        if want is None:
+            continue
+        while time.monotonic() < deadline:
+            entry = store._entries.get(hname)
+            if entry is not None and entry.report.seq >= want:
+                break
+            time.sleep(0.001)
 
 
 def _least_loaded_node(host):
@@ -146,11 +161,10 @@ def run_policy(scenario, name, transport_url=None, tick=None):
                 tput.update(hosts[hname].throughput(result))
             if now > total - scenario.measure:
                 samples.append(tput)
+            if ours:
+                _wait_for_reports(sched.store, pols)
             if tick is not None:
                 tick()
-        if ours:
-            # Let the in-memory transport deliver the reports.
-            time.sleep(0.01)
 
     placed = {}
     for plan in runner.arrival_order(scenario):
