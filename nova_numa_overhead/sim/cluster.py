@@ -144,27 +144,20 @@ def run_policy(scenario, name, transport_url=None, tick=None):
             policy.agent.publisher = rpc.ReportPublisher(sched.conf)
         hosts[hname], hvs[hname], pols[hname] = host, hv, policy
     watches = {h: runner.observer(hv) for h, hv in hvs.items()}
-    now = 0.0
-    samples = []
-    total = len(scenario.guests) * scenario.arrival_interval + \
-        scenario.duration
+    recorder = runner.Recorder(scenario, tick)
 
     def run(seconds):
-        nonlocal now
         for _ in range(seconds):
-            now += 1.0
+            now = recorder.second()
             tput = {}
             for hname, hv in hvs.items():
-                result = hv.advance(1.0)
+                solved = hv.advance(1.0)
                 pols[hname].step(now)
                 watches[hname].cycle()
-                tput.update(hosts[hname].throughput(result))
-            if now > total - scenario.measure:
-                samples.append(tput)
+                tput.update(hosts[hname].throughput(solved))
             if ours:
                 _wait_for_reports(sched.store, pols)
-            if tick is not None:
-                tick()
+            recorder.record(tput)
 
     placed = {}
     for plan in runner.arrival_order(scenario):
@@ -183,19 +176,8 @@ def run_policy(scenario, name, transport_url=None, tick=None):
         run(scenario.arrival_interval)
     run(scenario.duration)
     sched.close()
-    throughput = {}
-    for sample in samples:
-        for g, v in sample.items():
-            throughput[g] = throughput.get(g, 0.0) + v / len(samples)
-    levels = []
-    for watch in watches.values():
-        matrix = watch.levels.overhead_matrix()
-        levels.extend(matrix[i][i] for i in range(len(matrix)))
-    return runner.PolicyResult(
-        policy=name, throughput=throughput,
-        moved_mb=sum(hv.moved_mb for hv in hvs.values()),
-        hottest_level=max(levels), mean_level=sum(levels) / len(levels)), \
-        placed
+    return runner.result(name, recorder, hvs.values(),
+                         watches.values()), placed
 
 
 CLUSTER_POLICIES = ('nova-default', 'numad', 'interleave', 'vtrms',
@@ -207,10 +189,8 @@ def run(scenario, policies=CLUSTER_POLICIES, progress=None,
         transport_url=None):
     """Every policy on the cluster scenario: name -> PolicyResult."""
     policies = [p for p in policies if p != 'oracle']
-    steps = len(scenario.guests) * scenario.arrival_interval + \
-        scenario.duration
     if progress is not None:
-        progress.start(steps * len(policies))
+        progress.start(runner.steps(scenario) * len(policies))
     results = {}
     for name in policies:
         results[name], _ = run_policy(

@@ -99,6 +99,53 @@ def arrival_order(scenario) -> list:
     return order
 
 
+def steps(scenario) -> int:
+    """Simulated seconds of one policy's run."""
+    return len(scenario.guests) * scenario.arrival_interval + \
+        scenario.duration
+
+
+class Recorder:
+    """Simulated time, and the throughput samples of the measured window."""
+
+    def __init__(self, scenario, tick=None):
+        self.now = 0.0
+        self.start = steps(scenario) - scenario.measure
+        self.samples = []
+        self.tick = tick
+
+    def second(self) -> float:
+        """One more simulated second; returns the time."""
+        self.now += 1.0
+        return self.now
+
+    def record(self, throughput: dict) -> None:
+        if self.now > self.start:
+            self.samples.append(throughput)
+        if self.tick is not None:
+            self.tick()
+
+    def throughput(self) -> dict:
+        """Guest -> throughput averaged over the measured window."""
+        total = {}
+        for sample in self.samples:
+            for guest, value in sample.items():
+                total[guest] = total.get(guest, 0.0) + value
+        return {g: v / len(self.samples) for g, v in total.items()}
+
+
+def result(name, recorder, hypervisors, watches) -> PolicyResult:
+    """What a run leaves: throughput, memory moved, overhead levels."""
+    local = []
+    for watch in watches:
+        matrix = watch.levels.overhead_matrix()
+        local.extend(matrix[i][i] for i in range(len(matrix)))
+    return PolicyResult(policy=name, throughput=recorder.throughput(),
+                        moved_mb=sum(hv.moved_mb for hv in hypervisors),
+                        hottest_level=max(local),
+                        mean_level=sum(local) / len(local))
+
+
 def run_policy(scenario, name: str, tick=None) -> PolicyResult:
     """One policy on a fresh host."""
     host = model.Host(scenario.host)
@@ -106,22 +153,14 @@ def run_policy(scenario, name: str, tick=None) -> PolicyResult:
     policy = policies_mod.POLICIES[name]()
     policy.attach(hv)
     watch = observer(hv)
-    now = 0.0
-    samples = []
-    total = len(scenario.guests) * scenario.arrival_interval + \
-        scenario.duration
+    recorder = Recorder(scenario, tick)
 
     def run(seconds):
-        nonlocal now
         for _ in range(seconds):
-            result = hv.advance(1.0)
-            now += 1.0
-            policy.step(now)
+            solved = hv.advance(1.0)
+            policy.step(recorder.second())
             watch.cycle()
-            if now > total - scenario.measure:
-                samples.append(host.throughput(result))
-            if tick is not None:
-                tick()
+            recorder.record(host.throughput(solved))
 
     for plan in arrival_order(scenario):
         guest = make_guest(host, plan)
@@ -131,16 +170,7 @@ def run_policy(scenario, name: str, tick=None) -> PolicyResult:
     if isinstance(policy, policies_mod.Oracle):
         policy.optimise()
     run(scenario.duration)
-    throughput = {}
-    for sample in samples:
-        for guest, value in sample.items():
-            throughput[guest] = throughput.get(guest, 0.0) + value
-    throughput = {g: v / len(samples) for g, v in throughput.items()}
-    matrix = watch.levels.overhead_matrix()
-    local = [matrix[i][i] for i in range(len(matrix))]
-    return PolicyResult(policy=name, throughput=throughput,
-                        moved_mb=hv.moved_mb, hottest_level=max(local),
-                        mean_level=sum(local) / len(local))
+    return result(name, recorder, [hv], [watch])
 
 
 def run(scenario, policies=DEFAULT_POLICIES, progress=None) -> dict:
@@ -150,10 +180,8 @@ def run(scenario, policies=DEFAULT_POLICIES, progress=None) -> dict:
         raise ValueError('unknown policies: %s (known: %s)'
                          % (', '.join(unknown),
                             ', '.join(policies_mod.POLICIES)))
-    steps = len(scenario.guests) * scenario.arrival_interval + \
-        scenario.duration
     if progress is not None:
-        progress.start(steps * len(policies))
+        progress.start(steps(scenario) * len(policies))
     results = {}
     for name in policies:
         results[name] = run_policy(

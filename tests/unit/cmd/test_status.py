@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid as uuid_mod
 
 import fixtures
 import libvirt
@@ -76,23 +75,9 @@ class TestOnLibvirt(StatusTestCase):
                                   extra_specs={'hw:cpu_policy': 'dedicated'})
 
     def define(self, memory_mb, extra_specs=None, **kwargs):
-        name = 'instance-%s' % uuid_mod.uuid4().hex[:8]
-        xml = libvirt_fixtures.nova_domain_xml(
-            name, str(uuid_mod.uuid4()), memory_mb, 2, extra_specs or {},
-            **kwargs)
-        dom = self.conn.defineXML(xml)
-        self.addCleanup(self.remove, name)
-        dom.create()
-        return dom
-
-    def remove(self, name):
-        try:
-            dom = self.conn.lookupByName(name)
-        except libvirt.libvirtError:
-            return
-        if dom.isActive():
-            dom.destroy()
-        dom.undefine()
+        return libvirt_fixtures.start_guest(self, self.conn, memory_mb,
+                                            extra_specs=extra_specs,
+                                            **kwargs)
 
     def test_table(self):
         rc = self.run_status('--connect', URI, '--samples', '2',

@@ -19,6 +19,7 @@ numatune, memoryBacking), in a form ``test:///default`` accepts (domain
 type 'test', i686 hvm).
 """
 
+import uuid as uuid_mod
 from xml.sax import saxutils
 
 NOVA_NS = 'http://openstack.org/xmlns/libvirt/nova/1.1'
@@ -118,3 +119,29 @@ def nova_domain_xml(name: str, uuid: str, memory_mb: int, vcpus: int,
         % {'name': saxutils.escape(name), 'uuid': uuid, 'metadata': metadata,
            'kib': memory_mb * 1024, 'backing': backing, 'vcpus': vcpus,
            'cputune': cputune, 'numatune': numatune, 'cpu': cpu})
+
+
+def start_guest(test, conn, memory_mb: int = 512, vcpus: int = 2,
+                extra_specs=None, start: bool = True, **kwargs):
+    """Define (and start) a Nova-style guest; removed after the test."""
+    name = 'instance-%s' % uuid_mod.uuid4().hex[:8]
+    xml = nova_domain_xml(name, str(uuid_mod.uuid4()), memory_mb, vcpus,
+                          {} if extra_specs is None else extra_specs,
+                          **kwargs)
+    dom = conn.defineXML(xml)
+    test.addCleanup(remove_guest, conn, name)
+    if start:
+        dom.create()
+    return dom
+
+
+def remove_guest(conn, name: str) -> None:
+    """Destroy and undefine a guest, if it is still there."""
+    import libvirt
+    try:
+        dom = conn.lookupByName(name)
+    except libvirt.libvirtError:
+        return
+    if dom.isActive():
+        dom.destroy()
+    dom.undefine()

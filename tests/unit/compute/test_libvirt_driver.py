@@ -74,25 +74,8 @@ class LibvirtDriverTestCase(base.TestCase):
     def _define(self, vcpus=2, memory_mb=512, extra_specs=None, start=True,
                 **kwargs):
         """Define (and start) a guest; removed again after the test."""
-        name = 'instance-%s' % uuid_mod.uuid4().hex[:8]
-        uuid = str(uuid_mod.uuid4())
-        xml = libvirt_fixtures.nova_domain_xml(
-            name, uuid, memory_mb, vcpus,
-            {} if extra_specs is None else extra_specs, **kwargs)
-        dom = self.conn.defineXML(xml)
-        self.addCleanup(self._remove, name)
-        if start:
-            dom.create()
-        return dom
-
-    def _remove(self, name):
-        try:
-            dom = self.conn.lookupByName(name)
-        except libvirt.libvirtError:
-            return
-        if dom.isActive():
-            dom.destroy()
-        dom.undefine()
+        return libvirt_fixtures.start_guest(
+            self, self.conn, memory_mb, vcpus, extra_specs, start, **kwargs)
 
     def _info(self, dom):
         """The driver's DomainInfo of this guest."""
