@@ -11,53 +11,107 @@
 # under the License.
 """The ``sim`` hypervisor backend: the agent's interface on the model.
 
-The unchanged agent (collector, estimator, placer, rebalancer) runs against
-a simulated host through this backend: it reads counters the model
-produces, and its nodeset restrictions, page moves and vCPU pins change the
-model.
+The unchanged agent (collector, estimator, placer, rebalancer) runs
+against a simulated host through this backend. What it reads is what a
+real host would give it:
+
+* counters per domain, summed over its vCPUs, with sampling noise
+  (``NOISE``), and only the events of the host's counter profile
+  (``COUNTER_PROFILES``): a typical KVM host gives cycles, instructions
+  and LLC references and misses; the backend-stall event is missing on
+  most (libvirt then reads it as 0, and so does this backend);
+* where the guest's pages are now (pages still in the migration queue
+  have not moved yet).
+
+What it does goes through the host's physics: a nodeset change is a
+cpuset.mems change (the kernel migrates what lies outside, at the
+migration rate), a page move joins the migration queue.
 """
 
+import random
+
 from nova_numa_overhead.compute import hypervisor as hv_mod
-from nova_numa_overhead.sim import model
+from nova_numa_overhead.sim import host as host_mod
 
 PAGES_PER_MB = 256
 
+# What the host's PMU and libvirt give a per-domain perf group.
+PERF = 'perf'                   # cycles, instructions, LLC refs/misses
+PERF_STALLS = 'perf+stalls'     # and stalled-cycles-backend
+RESCTRL = 'resctrl'             # perf, and RDT memory-bandwidth monitoring
+COUNTER_PROFILES = {
+    PERF: 'cycles, instructions, LLC references and misses (most KVM '
+          'hosts: the backend-stall event reads 0)',
+    PERF_STALLS: 'as perf, and stalled-cycles-backend',
+    RESCTRL: 'as perf, and resctrl memory-bandwidth monitoring (MBM, '
+             'local and total bytes per node) with LLC occupancy',
+}
+DEFAULT_COUNTERS = PERF
+# Relative standard deviation of one second's counter increment: fixed
+# counters (cycles, instructions) are exact but the vCPU threads'
+# scheduling jitters; programmable cache events are multiplexed and
+# sampled.
+NOISE = {'fixed': 0.01, 'cache': 0.03}
+
 
 class SimHypervisor(hv_mod.Hypervisor):
-    """A :class:`~nova_numa_overhead.sim.model.Host` as a hypervisor."""
+    """A :class:`~nova_numa_overhead.sim.host.Host` as a hypervisor."""
 
-    def __init__(self, host: model.Host):
+    def __init__(self, host: host_mod.Host, counters: str = DEFAULT_COUNTERS,
+                 seed: int = 0):
+        if counters not in COUNTER_PROFILES:
+            raise ValueError('unknown counter profile %r (known: %s)'
+                             % (counters, ', '.join(COUNTER_PROFILES)))
         self.host = host
+        self.counter_profile = counters
+        self.rng = random.Random(seed)
         spec = host.spec
         first = 0
         nodes = []
         for i, node in enumerate(spec.nodes):
             nodes.append(hv_mod.NodeInfo(
-                id=i, cpus=tuple(range(first, first + node.cores)),
+                id=i, cpus=tuple(range(first, first + node.cpus)),
                 memory_mb=node.memory_mb))
-            first += node.cores
+            first += node.cpus
         self._topology = hv_mod.HostTopology(nodes=tuple(nodes),
                                              distances=spec.distances)
         self._counters: dict = {}
-        self.moved_mb = 0.0
-        self.events = []
+        self._truth: dict = {}
         self._callbacks = []
 
     # -- driving the simulation -------------------------------------------
 
-    def advance(self, seconds: float) -> model.Result:
-        """Run the model for ``seconds``; counters accumulate."""
-        result = self.host.solve()
-        for name, res in result.guests.items():
-            guest = self.host.guests[name]
-            inc = model.counters(self.host.spec, guest, res, seconds)
+    def advance(self, result, seconds: float = 1.0) -> None:
+        """Counters accumulate ``seconds`` of the model's ``result``."""
+        for i, name in enumerate(result.names):
+            guest = self.host.guests.get(name)
+            if guest is None:
+                continue
+            instructions = float(result.ips[i]) * seconds
+            refs = instructions * guest.profile.api
+            misses = refs * (1.0 - float(result.hit[i]))
+            stalls = instructions * float(result.stall_cpi[i])
+            cycles = instructions * float(result.measured_cpi[i])
+            inc = [instructions, cycles, refs, misses, stalls]
+            self._truth[name] = inc
+            noisy = [self._noisy(v, NOISE['fixed']) for v in inc[:2]]
+            noisy += [self._noisy(v, NOISE['cache']) for v in inc[2:]]
+            noisy[3] = min(noisy[3], noisy[2])
+            noisy[4] = min(noisy[4], noisy[1])
+            if self.counter_profile == PERF or \
+                    self.counter_profile == RESCTRL:
+                noisy[4] = 0.0
             old = self._counters.get(name, (0, 0, 0, 0, 0))
-            self._counters[name] = tuple(a + b for a, b in zip(old, inc))
-        return result
+            self._counters[name] = tuple(a + int(b)
+                                         for a, b in zip(old, noisy))
 
-    def start(self, guest: model.Guest) -> None:
+    def _noisy(self, value: float, sigma: float) -> float:
+        return max(0.0, value * (1.0 + self.rng.gauss(0.0, sigma)))
+
+    def start(self, guest: host_mod.Guest, preallocate: bool = False
+              ) -> None:
         """A guest starts (and its 'started' event fires)."""
-        self.host.add(guest)
+        self.host.add(guest, preallocate)
         for callback in self._callbacks:
             callback('started', guest.name)
 
@@ -69,9 +123,9 @@ class SimHypervisor(hv_mod.Hypervisor):
 
     # -- the interface ------------------------------------------------------
 
-    def _guest(self, domain) -> model.Guest:
+    def _guest(self, domain) -> host_mod.Guest:
         guest = self.host.guests.get(domain.name)
-        if guest is None:
+        if guest is None or guest.oom:
             raise hv_mod.DomainGone(domain.name)
         return guest
 
@@ -87,7 +141,7 @@ class SimHypervisor(hv_mod.Hypervisor):
             extra_specs=dict(g.extra_specs), pinned=g.pinned,
             pinned_reason='pinned in the scenario' if g.pinned else '',
             allowed_nodes=tuple(g.allowed))
-            for g in self.host.guests.values()]
+            for g in self.host.guests.values() if not g.oom]
 
     def enable_counters(self, domain):
         self._guest(domain)
@@ -99,61 +153,48 @@ class SimHypervisor(hv_mod.Hypervisor):
 
     def vcpu_cpus(self, domain):
         guest = self._guest(domain)
-        cpus = []
-        for node, frac in sorted(guest.cpu.items()):
-            count = int(round(frac * guest.vcpus))
-            base = self._topology.nodes[node].cpus
-            cpus.extend(base[i % len(base)] for i in range(count))
-        return cpus[:guest.vcpus] or [self._topology.nodes[0].cpus[0]]
+        return vcpu_cpus(guest, self._topology)
 
     def memory_per_node(self, domain):
         guest = self._guest(domain)
-        return {n: int(mb) for n, mb in guest.pages.items() if mb >= 1}
+        return {n: int(mb) for n, mb in self.host.pages(guest).items()
+                if mb >= 1}
 
     def set_nodeset(self, domain, nodes):
         guest = self._guest(domain)
         if guest.pinned:
             raise hv_mod.HypervisorError('%s is pinned' % guest.name)
-        nodes = tuple(sorted(nodes))
-        guest.allowed = nodes
-        # The kernel migrates what lies outside the new nodeset into it.
-        free = self.host.free_mb()
-        for node in [n for n in guest.pages if n not in nodes]:
-            mb = guest.pages.pop(node)
-            target = max(nodes, key=lambda n: (free[n], -n))
-            guest.pages[target] = guest.pages.get(target, 0) + mb
-            free[target] -= mb
-            self.moved_mb += mb
+        self.host.restrict(guest, nodes)
 
     def move_pages(self, domain, moves, max_pages):
         guest = self._guest(domain)
         budget = None if max_pages is None else max_pages / PAGES_PER_MB
-        moved = requested = 0.0
+        queued = requested = 0.0
         failed = {}
         free = self.host.free_mb()
+        pages = self.host.pages(guest)
+        allowed = self.host.allowed(guest)
         for src, dst, mb in moves:
             requested += mb
-            if guest.allowed and dst not in guest.allowed:
+            if dst not in allowed:
                 failed['EACCES'] = failed.get('EACCES', 0) + int(
                     mb * PAGES_PER_MB)
                 continue
-            amount = min(mb, guest.pages.get(src, 0), max(free[dst], 0))
+            amount = min(mb, pages.get(src, 0.0))
             if budget is not None:
-                amount = min(amount, budget - moved)
+                amount = min(amount, budget - queued)
+            if amount > free[dst]:
+                failed['ENOMEM'] = failed.get('ENOMEM', 0) + int(
+                    (amount - free[dst]) * PAGES_PER_MB)
+                amount = max(free[dst], 0)
             if amount <= 0:
-                if free[dst] <= 0:
-                    failed['ENOMEM'] = failed.get('ENOMEM', 0) + int(
-                        mb * PAGES_PER_MB)
                 continue
-            guest.pages[src] -= amount
-            if guest.pages[src] <= 0:
-                del guest.pages[src]
-            guest.pages[dst] = guest.pages.get(dst, 0) + amount
+            self.host.enqueue(guest, src, dst, amount, host_mod.REMOTE)
+            pages[src] -= amount
             free[dst] -= amount
-            moved += amount
-        self.moved_mb += moved
+            queued += amount
         return hv_mod.MoveResult(requested=int(requested * PAGES_PER_MB),
-                                 moved=int(moved * PAGES_PER_MB),
+                                 moved=int(queued * PAGES_PER_MB),
                                  failed=failed)
 
     def pin_vcpus(self, domain, cpus):
@@ -164,6 +205,17 @@ class SimHypervisor(hv_mod.Hypervisor):
             counts[node_of[cpu]] = counts.get(node_of[cpu], 0) + 1
         total = float(sum(counts.values()))
         guest.cpu = {n: c / total for n, c in counts.items()}
+        guest.floating = False
 
     def register_lifecycle(self, callback):
         self._callbacks.append(callback)
+
+
+def vcpu_cpus(guest, topology) -> list:
+    """Host CPUs of the guest's vCPUs, as its node fractions say."""
+    cpus = []
+    for node, frac in sorted(guest.cpu.items()):
+        count = int(round(frac * guest.vcpus))
+        base = topology.nodes[node].cpus
+        cpus.extend(base[i % len(base)] for i in range(count))
+    return cpus[:guest.vcpus] or [topology.nodes[0].cpus[0]]

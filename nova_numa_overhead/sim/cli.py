@@ -12,12 +12,14 @@
 """``nova-numa-overhead simulate``."""
 
 import dataclasses
+import json
 import sys
 
 from nova_numa_overhead.sim import cluster
 from nova_numa_overhead.sim import report
 from nova_numa_overhead.sim import runner
 from nova_numa_overhead.sim import scenarios
+from nova_numa_overhead.sim import sweep
 
 
 def load(args):
@@ -33,7 +35,7 @@ def load(args):
 def simulate(scenario, policies=None, progress=None, transport_url=None):
     """Run a scenario: a cluster one through Nova's scheduler handlers."""
     if scenario.hosts > 1:
-        return cluster.run(scenario, policies or cluster.CLUSTER_POLICIES,
+        return cluster.run(scenario, policies or runner.DEFAULT_POLICIES,
                            progress=progress, transport_url=transport_url)
     return runner.run(scenario, policies or runner.DEFAULT_POLICIES,
                       progress=progress)
@@ -42,9 +44,17 @@ def simulate(scenario, policies=None, progress=None, transport_url=None):
 def run(args, out=None) -> int:
     out = out or sys.stdout
     if args.list:
-        for name, factory in sorted(scenarios.builtin().items()):
-            print('%-18s %s' % (name, factory().description), file=out)
+        listed = {name: factory().description
+                  for name, factory in sorted(scenarios.builtin().items())}
+        if args.format == 'json':
+            print(json.dumps(listed, indent=2), file=out)
+            return 0
+        for name, description in listed.items():
+            print('%-18s %s' % (name, description), file=out)
         return 0
+    if getattr(args, 'sweep', None) is not None or \
+            getattr(args, 'all', False):
+        return run_sweep(args, out)
     try:
         scenario = load(args)
         policies = tuple(p.strip() for p in args.policies.split(',')) \
@@ -60,8 +70,42 @@ def run(args, out=None) -> int:
     if args.plot:
         try:
             report.plot(data, args.plot)
-        except (ImportError, OSError) as exc:
+        except (ImportError, OSError, ValueError) as exc:
             print('nova-numa-overhead simulate: no figure: %s' % exc,
                   file=sys.stderr)
             return 1
+    return 0
+
+
+def run_sweep(args, out) -> int:
+    if (args.sweep is not None and args.sweep < 1) or args.workers < 1:
+        print('nova-numa-overhead simulate: --sweep and --workers must be '
+              '>= 1', file=sys.stderr)
+        return 2
+    try:
+        policies = tuple(p.strip() for p in args.policies.split(',')) \
+            if args.policies else None
+        if policies:
+            runner.check_policies(policies)
+        if args.sweep is None:
+            progress = None if args.quiet else report.Progress('built-ins')
+            data = sweep.run_builtin(policies, workers=args.workers,
+                                     progress=progress)
+        else:
+            progress = None if args.quiet else report.Progress(
+                'sweep of %d' % args.sweep)
+            data = sweep.run(args.sweep,
+                             1 if args.seed is None else args.seed,
+                             policies, workers=args.workers,
+                             progress=progress)
+    except ValueError as exc:
+        print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
+        return 2
+    if args.format == 'json':
+        print(report.to_json(dict(data, summary=sweep.distribution(data))),
+              file=out)
+    elif args.sweep is None:
+        print(sweep.lines(data), file=out)
+    else:
+        print(sweep.table(data), file=out)
     return 0

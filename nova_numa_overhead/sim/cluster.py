@@ -19,14 +19,12 @@ Nova's RAMWeigher exactly as in nova-scheduler. The baseline policies run
 with Nova's RAMWeigher alone choosing hosts.
 """
 
+import dataclasses
+import os
 import time
 
-from nova_numa_overhead.sim import backend as backend_mod
-from nova_numa_overhead.sim import model
 from nova_numa_overhead.sim import policies as policies_mod
 from nova_numa_overhead.sim import runner
-
-OURS = ('overhead-aware', 'overhead-aware+fifo', 'overhead-aware+vcpu')
 
 
 class Scheduler:
@@ -109,7 +107,7 @@ def _wait_for_reports(store, pols, timeout: float = 10.0) -> None:
         if want is None:
             continue
         while time.monotonic() < deadline:
-            entry = store._entries.get(hname)
+            entry = store.get(hname)
             if entry is not None and entry.report.seq >= want:
                 break
             time.sleep(0.001)
@@ -121,81 +119,81 @@ def _least_loaded_node(host):
         for n, f in g.cpu.items():
             load[n] += g.vcpus * f
     return min(range(host.spec.size),
-               key=lambda n: (load[n] / host.spec.nodes[n].cores, n))
+               key=lambda n: (load[n] / host.spec.nodes[n].cpus, n))
 
 
 def run_policy(scenario, name, transport_url=None, tick=None):
-    """One policy on the cluster: mean throughput over all guests."""
+    """One policy on the cluster: the guests' throughput on every host."""
     from nova_numa_overhead import rpc
-    ours = name in OURS
-    topic = 'numa-overhead-sim-%d' % id(scenario)
+    ours = name == policies_mod.DEFAULT
+    topic = 'numa-overhead-sim-%d-%d' % (os.getpid(), id(scenario))
     sched = Scheduler(transport_url, ours, topic)
     hosts = {}
     hvs = {}
     pols = {}
     for i in range(scenario.hosts):
         hname = 'sim-host-%d' % (i + 1)
-        host = model.Host(scenario.host)
-        hv = backend_mod.SimHypervisor(host)
+        host, hv = runner.new_host(scenario, seed_offset=i)
         policy = policies_mod.POLICIES[name]()
-        policy.attach(hv)
+        policy.attach(hv, scenario)
         if ours:
             policy.agent.host = hname
             policy.agent.publisher = rpc.ReportPublisher(sched.conf)
         hosts[hname], hvs[hname], pols[hname] = host, hv, policy
-    watches = {h: runner.observer(hv) for h, hv in hvs.items()}
-    recorder = runner.Recorder(scenario, tick)
-
-    def run(seconds):
-        for _ in range(seconds):
-            now = recorder.second()
-            tput = {}
-            for hname, hv in hvs.items():
-                solved = hv.advance(1.0)
-                pols[hname].step(now)
-                watches[hname].cycle()
-                tput.update(hosts[hname].throughput(solved))
-            if ours:
-                _wait_for_reports(sched.store, pols)
-            recorder.record(tput)
-
+    timeline = runner.Timeline(scenario)
+    recorder = runner.Recorder(timeline, tick)
     placed = {}
-    for plan in runner.arrival_order(scenario):
-        chosen = sched.pick(_host_states(hosts), plan.memory_mb,
-                            dict(plan.extra_specs))
-        if chosen is None:
-            chosen = min(hosts, key=lambda h: len(hosts[h].guests))
-        host = hosts[chosen]
-        node = _least_loaded_node(host)
-        guest_plan = plan.__class__(**dict(plan.__dict__, vcpu_node=node,
-                                           first_touch=(node,)))
-        guest = runner.make_guest(host, guest_plan)
-        pols[chosen].place(guest)
-        hvs[chosen].start(guest)
-        placed[plan.name] = chosen
-        run(scenario.arrival_interval)
-    run(scenario.duration)
+    for second in range(timeline.steps):
+        for kind, payload in timeline.at(second):
+            if kind == 'arrive':
+                plan = payload
+                chosen = sched.pick(_host_states(hosts), plan.memory_mb,
+                                    dict(plan.extra_specs))
+                if chosen is None:
+                    chosen = min(hosts, key=lambda h: len(hosts[h].guests))
+                node = _least_loaded_node(hosts[chosen])
+                plan = dataclasses.replace(plan, vcpu_nodes=(node,),
+                                           first_touch=(node,))
+                placed[plan.name] = chosen
+                runner.start_guest(hosts[chosen], hvs[chosen],
+                                   pols[chosen], plan)
+            else:
+                plan = payload if kind == 'leave' else payload[0]
+                chosen = placed.get(plan.name)
+                if chosen is not None:
+                    runner.apply_event(kind, payload, hosts[chosen],
+                                       hvs[chosen], pols[chosen])
+        tput = {}
+        for hname, hv in hvs.items():
+            pols[hname].step(float(second))
+            hosts[hname].step(float(second))
+            solved = hosts[hname].solve()
+            hv.advance(solved)
+            tput.update(hosts[hname].throughput(solved))
+        if ours:
+            _wait_for_reports(sched.store, pols)
+        recorder.record(second, tput, list(hosts.values()))
     sched.close()
-    return runner.result(name, recorder, hvs.values(),
-                         watches.values()), placed
+    return runner.result(name, recorder, hosts.values()), placed
 
 
-CLUSTER_POLICIES = ('nova-default', 'numad', 'interleave', 'vtrms',
-                    'vprobe', 'vdarm', 'overhead-aware',
-                    'overhead-aware+fifo', 'overhead-aware+vcpu')
-
-
-def run(scenario, policies=CLUSTER_POLICIES, progress=None,
-        transport_url=None):
+def run(scenario, policies=None, progress=None, transport_url=None):
     """Every policy on the cluster scenario: name -> PolicyResult."""
-    policies = [p for p in policies if p != 'oracle']
+    from nova_numa_overhead.sim import oracle as oracle_mod
+    policies = tuple(policies or runner.DEFAULT_POLICIES)
+    runner.check_policies(policies)
+    runs = [p for p in policies if p != policies_mod.ORACLE]
     if progress is not None:
-        progress.start(runner.steps(scenario) * len(policies))
+        progress.start(scenario.steps() * len(runs) + 1)
     results = {}
-    for name in policies:
+    for name in runs:
         results[name], _ = run_policy(
             scenario, name, transport_url,
             tick=progress.tick if progress else None)
+    if policies_mod.ORACLE in policies:
+        results[policies_mod.ORACLE] = oracle_mod.oracle(
+            scenario, runner.Timeline(scenario), results)
     if progress is not None:
+        progress.tick()
         progress.done()
     return results

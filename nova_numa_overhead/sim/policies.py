@@ -11,227 +11,387 @@
 # under the License.
 """Placement policies compared by the simulator.
 
-Every policy sees a guest arrive with its scenario placement: the node its
-vCPUs are pinned to, and where the kernel's first touch would put its
-memory (Nova's default). It may then change where the memory lies and, for
-the vCPU schedulers of the literature, where the vCPUs run. Dynamic
-policies also act every simulated second (``step``).
+Every policy runs on top of what a Linux host does by itself (first
+touch, the kernel's automatic NUMA balancing, page migrations that cost
+time: :mod:`nova_numa_overhead.sim.host`). Each does what its paper or
+manual says, at its own period, from the counters a host gives (with
+noise), and moves pages and vCPUs through the same physics as ours:
 
-* ``nova-default``: the scenario's placement, untouched.
-* ``numad``: the smallest node set scoring best by free CPU x free memory /
-  distance^2; vCPUs and memory moved there (numad's rule).
-* ``interleave``: memory evenly over all nodes.
-* ``vtrms``: each vCPU to the node with the best affinity to its memory
-  (lowest measured latency, penalised by load).
-* ``vprobe``: memory-intensive (LLC-thrashing/fitting) guests' vCPUs spread
-  evenly over the nodes by LLC pressure.
-* ``vdarm``: classify by CPI and bandwidth sensitivity; gather memory and
-  vCPUs on one node, or spread memory evenly, or leave alone.
-* ``overhead-aware`` / ``overhead-aware+fifo``: this project: the real
-  agent (collector, estimator, planner, placer, rebalancer) on the
-  ``sim`` backend, without and with the periodic swap-FIFO rebalancing.
-* ``overhead-aware+vcpu``: with the optional co-location of vCPUs and
-  memory (``[numa_overhead_agent] colocate_vcpus``).
-* ``oracle``: the best placement of vCPUs and memory found by search.
+* ``nova-default``: nothing more (first touch and NUMA balancing).
+* ``numad``: every 5-15 s, for every guest over 300 MB, the smallest node
+  set that fits its memory and vCPUs at 85% use, scored by free CPU x
+  free memory (and distance between the nodes); a guest not on its best
+  set is bound to it (cpuset: vCPUs and memory; the kernel migrates its
+  pages), at most once a minute per guest.
+* ``interleave``: the guest's memory policy interleaves its pages over
+  every node from its start (NUMA balancing leaves such pages alone).
+* ``vtrms``: every second, guests with more than 10,000 LLC misses per
+  million instructions get their vCPUs moved to the node with the best
+  access affinity (page share / measured latency; vTRMS Eq. 5).
+* ``vprobe``: every second, vProbe's Algorithm 1: the LLC-thrashing, then
+  LLC-fitting vCPUs (LLC references per 1,000 instructions) are dealt
+  over the nodes, least-loaded node first, each taking a vCPU whose
+  memory is on it when one is left.
+* ``vdarm``: every 5 s, vDARM's classes from CPI and the sensitivity
+  factor: class 1 gets its pages gathered on its main node where they fit
+  and its vCPUs there (Algorithm 1), class 2 its pages evened over all
+  nodes (Algorithm 2).
+* ``overhead-aware``: this project's agent, unchanged, in the
+  configuration the docs recommend for production
+  (:data:`nova_numa_overhead.conf.agent.PRODUCTION`), nothing else
+  overridden.
+* ``oracle``: the best placement known (:mod:`.oracle`).
+
+Baselines are frozen: they are changed only to follow their papers more
+closely, never to make ours look better.
 """
 
-import itertools
+import math
 
 from oslo_config import cfg
 
 from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead import conf as plugin_conf
+from nova_numa_overhead.conf import agent as agent_conf
 from nova_numa_overhead.overhead import classifier
-from nova_numa_overhead.sim import backend as backend_mod
-from nova_numa_overhead.sim import model
+from nova_numa_overhead.sim import host as host_mod
 
 
 class Policy:
-    """Places arriving guests; may act every step."""
+    """Places arriving guests; may act every simulated second."""
 
     name = 'base'
-    dynamic = False
 
-    def attach(self, hv: backend_mod.SimHypervisor) -> None:
+    def attach(self, hv, scenario=None) -> None:
         self.hv = hv
         self.host = hv.host
+        self.spec = hv.host.spec
+        self._last = {}
 
-    def place(self, guest: model.Guest) -> None:
-        """The guest is about to start with its scenario placement."""
+    def place(self, guest: host_mod.Guest) -> None:
+        """The guest is about to start (its memory policy, if any)."""
 
     def step(self, now: float) -> None:
         """One simulated second passed."""
+
+    # -- helpers shared by the baselines --------------------------------
+
+    def managed(self) -> list:
+        return [g for g in self.host.guests.values()
+                if not g.pinned and not g.oom]
+
+    def deltas(self) -> dict:
+        """Counter increments since this policy last looked, per guest:
+        (instructions, cycles, LLC references, LLC misses, seconds).
+        """
+        domains = self.hv.domains()
+        now = self.hv.counters(domains)
+        out = {}
+        for name, c in now.items():
+            prev = self._last.get(name)
+            self._last[name] = (c, self._clock)
+            if prev is None:
+                continue
+            before, then = prev
+            seconds = self._clock - then
+            if seconds <= 0:
+                continue
+            out[name] = (c.instructions - before.instructions,
+                         c.cycles - before.cycles,
+                         c.cache_references - before.cache_references,
+                         c.cache_misses - before.cache_misses, seconds)
+        return out
+
+    _clock = 0.0
+
+    def vcpus_to(self, guest, counts: dict) -> None:
+        """Run the guest's vCPUs on these nodes (node -> vCPU count)."""
+        total = float(sum(counts.values()))
+        guest.cpu = {n: c / total for n, c in counts.items() if c > 0}
+        guest.floating = False
+
+    def cpu_load(self, skip=None) -> list:
+        load = [0.0] * self.spec.size
+        for g in self.host.guests.values():
+            if g is skip or g.oom:
+                continue
+            for n, f in g.cpu.items():
+                load[n] += g.vcpus * f
+        return load
 
 
 class NovaDefault(Policy):
     name = 'nova-default'
 
 
-def _loads(host, skip=None):
-    cores = [0.0] * host.spec.size
-    for g in host.guests.values():
-        if g is skip:
-            continue
-        for n, f in g.cpu.items():
-            cores[n] += g.vcpus * f
-    return cores
-
-
-class Numad(Policy):
-    name = 'numad'
-
-    def place(self, guest):
-        spec = self.host.spec
-        cores = _loads(self.host)
-        free = self.host.free_mb()
-        home = min(guest.cpu, key=lambda n: -guest.cpu[n])
-
-        def score(node):
-            free_cpu = max(spec.nodes[node].cores - cores[node], 0.1)
-            dist = spec.distances[home][node] / 10.0
-            return free_cpu * max(free[node], 1) / dist ** 2
-
-        fits = [n for n in range(spec.size) if free[n] >= guest.memory_mb]
-        if not fits:
-            return
-        best = max(fits, key=lambda n: (score(n), -n))
-        guest.cpu = {best: 1.0}
-        guest.pages = {best: guest.memory_mb}
-
-
 class Interleave(Policy):
     name = 'interleave'
 
     def place(self, guest):
-        n = self.host.spec.size
-        guest.pages = {i: guest.memory_mb / n for i in range(n)}
+        guest.interleave = True
+
+
+class Numad(Policy):
+    name = 'numad'
+    min_interval = 5.0
+    max_interval = 15.0
+    target = 0.85
+    min_mb = 300.0
+    hold = 60.0
+
+    def attach(self, hv, scenario=None):
+        super().attach(hv, scenario)
+        self.interval = self.min_interval
+        self.next_scan = self.min_interval
+        self.moved_at = {}
+
+    def step(self, now):
+        if now < self.next_scan:
+            return
+        changed = self._scan(now)
+        self.interval = self.min_interval if changed else min(
+            self.interval * 2, self.max_interval)
+        self.next_scan = now + self.interval
+
+    def _needed(self, guest) -> int:
+        node_mb = min(n.memory_mb for n in self.spec.nodes) * self.target
+        node_cpus = min(n.cpus for n in self.spec.nodes) * self.target
+        return max(1, math.ceil(guest.memory_mb / node_mb),
+                   math.ceil(guest.vcpus / node_cpus))
+
+    def _best_set(self, guest, k):
+        spec = self.spec
+        free = self.host.free_mb()
+        mine = self.host.pages(guest)
+        load = self.cpu_load(skip=guest)
+        mem = [free[n] + mine.get(n, 0.0) for n in range(spec.size)]
+        cpu = [max(spec.nodes[n].cpus - load[n], 0.0)
+               for n in range(spec.size)]
+        magnitude = [cpu[n] * mem[n] for n in range(spec.size)]
+        best = None
+        for seed in range(spec.size):
+            nodes = [seed]
+            rest = [n for n in range(spec.size) if n != seed]
+            while len(nodes) < k and rest:
+                pick = max(rest, key=lambda n: (
+                    magnitude[n] / (spec.distances[seed][n] / 10.0) ** 2,
+                    -n))
+                nodes.append(pick)
+                rest.remove(pick)
+            if sum(mem[n] for n in nodes) < guest.memory_mb:
+                continue
+            dist = 1.0
+            if len(nodes) > 1:
+                pairs = [(a, b) for a in nodes for b in nodes if a < b]
+                dist = sum(spec.distances[a][b] / 10.0
+                           for a, b in pairs) / len(pairs)
+            score = sum(magnitude[n] for n in nodes) / dist ** 2
+            if best is None or score > best[0]:
+                best = (score, tuple(sorted(nodes)))
+        return best[1] if best else None
+
+    def _scan(self, now) -> bool:
+        changed = False
+        guests = [g for g in self.managed() if g.allocated_mb >= self.min_mb]
+        for guest in sorted(guests, key=lambda g: (-g.vcpus * g.memory_mb,
+                                                   g.name)):
+            if now - self.moved_at.get(guest.name, -1e9) < self.hold:
+                continue
+            k = self._needed(guest)
+            nodes = None
+            while nodes is None and k <= self.spec.size:
+                nodes = self._best_set(guest, k)
+                k += 1
+            if nodes is None:
+                continue
+            pages = self.host.pages(guest)
+            inside = sum(mb for n, mb in pages.items() if n in nodes)
+            cpu_inside = sum(f for n, f in guest.cpu.items() if n in nodes)
+            if guest.allowed == nodes or (
+                    inside >= 0.9 * guest.allocated_mb and
+                    cpu_inside >= 0.999):
+                continue
+            per = guest.vcpus / len(nodes)
+            self.vcpus_to(guest, {n: per for n in nodes})
+            self.host.restrict(guest, nodes)
+            self.moved_at[guest.name] = now
+            changed = True
+        return changed
 
 
 class VTRMS(Policy):
     name = 'vtrms'
+    period = 1
+    pressure = 10000.0     # LLC misses per million instructions
 
-    def place(self, guest):
-        spec = self.host.spec
-        cores = _loads(self.host)
-        mem = guest.mem_fractions()
-
-        def cost(node):
-            latency = sum(f * spec.latency_ns[node][m]
-                          for m, f in mem.items())
-            busy = cores[node] / spec.nodes[node].cores
-            return latency * (1.0 + max(0.0, busy - 0.5))
-
-        guest.cpu = {min(range(spec.size), key=lambda n: (cost(n), n)): 1.0}
+    def step(self, now):
+        self._clock = now
+        if int(now) % self.period:
+            return
+        deltas = self.deltas()
+        lat = self.spec.latency_ns
+        n = self.spec.size
+        for guest in self.managed():
+            d = deltas.get(guest.name)
+            if d is None or d[0] <= 0:
+                continue
+            if d[3] / d[0] * 1e6 < self.pressure:
+                continue
+            pages = self.host.pages(guest)
+            total = sum(pages.values())
+            if total <= 0:
+                continue
+            affinity = {m: mb / total for m, mb in pages.items()}
+            target = max(range(n), key=lambda c: (
+                sum(a / lat[c][m] for m, a in affinity.items()), -c))
+            if guest.cpu != {target: 1.0}:
+                self.vcpus_to(guest, {target: guest.vcpus})
 
 
 class VProbe(Policy):
     name = 'vprobe'
-    dynamic = True
-    period = 5
-
-    def place(self, guest):
-        self._spread()
+    period = 1
+    low = classifier.LLC_LOW_BOUND
+    high = classifier.LLC_HIGH_BOUND
 
     def step(self, now):
-        if int(now) % self.period == 0:
-            self._spread()
-
-    def _spread(self):
-        spec = self.host.spec
-        intensive = []
-        for g in self.host.guests.values():
-            kind, _ = classifier.llc_type(g.profile.api * 1000.0, 1000.0)
-            if kind != classifier.FRIENDLY and not g.pinned:
-                intensive.append(g)
-        # Balance LLC pressure: the heaviest first, to the lightest node.
-        pressure = [0.0] * spec.size
-        for g in self.host.guests.values():
-            if g not in intensive:
-                for n, f in g.cpu.items():
-                    pressure[n] += g.profile.footprint_mb * f
-        for g in sorted(intensive, key=lambda g: (-g.profile.api, g.name)):
-            node = min(range(spec.size), key=lambda n: (pressure[n], n))
-            g.cpu = {node: 1.0}
-            pressure[node] += g.profile.footprint_mb
+        self._clock = now
+        if int(now) % self.period:
+            return
+        deltas = self.deltas()
+        n = self.spec.size
+        groups = {classifier.THRASHING: [], classifier.FITTING: []}
+        for guest in sorted(self.managed(), key=lambda g: g.name):
+            d = deltas.get(guest.name)
+            if d is None:
+                continue
+            kind, _ = classifier.llc_type(d[2], d[0], self.low, self.high)
+            if kind == classifier.FRIENDLY:
+                continue
+            pages = self.host.pages(guest)
+            affinity = max(pages, key=lambda m: (pages[m], -m)) if pages \
+                else 0
+            for v in range(guest.vcpus):
+                groups[kind].append((guest, affinity))
+        if not any(groups.values()):
+            return
+        assigned = [0] * n
+        placed = {}
+        for kind in (classifier.THRASHING, classifier.FITTING):
+            left = list(groups[kind])
+            while left:
+                node = min(range(n), key=lambda i: (assigned[i], i))
+                local = [v for v in left if v[1] == node]
+                if local:
+                    pick = local[0]
+                else:
+                    sizes = {}
+                    for v in left:
+                        sizes[v[1]] = sizes.get(v[1], 0) + 1
+                    biggest = max(sizes, key=lambda p: (sizes[p], -p))
+                    pick = next(v for v in left if v[1] == biggest)
+                left.remove(pick)
+                assigned[node] += 1
+                counts = placed.setdefault(pick[0].name, (pick[0], {}))[1]
+                counts[node] = counts.get(node, 0) + 1
+        for guest, counts in placed.values():
+            self.vcpus_to(guest, counts)
 
 
 class VDARM(Policy):
     name = 'vdarm'
-    dynamic = True
     period = 5
 
     def step(self, now):
+        self._clock = now
         if int(now) % self.period:
             return
-        result = self.host.solve()
-        spec = self.host.spec
-        for g in self.host.guests.values():
-            if g.pinned or g.name not in result.guests:
+        deltas = self.deltas()
+        available = max(n.mc_gbps for n in self.spec.nodes) * 1000.0
+        for guest in self.managed():
+            d = deltas.get(guest.name)
+            if d is None or d[0] <= 0:
                 continue
-            r = result.guests[g.name]
-            misses = r.ips * g.profile.api * (1 - r.hit)
-            kind = classifier.classify(
-                r.ips, r.ips * r.cpi, r.ips * g.profile.api, misses, 1.0,
-                available_mbps=min(n.mc_gbps for n in spec.nodes) * 1000)
+            kind = classifier.classify(d[0], d[1], d[2], d[3], d[4],
+                                       available_mbps=available)
             if kind.vdarm_class == 1:
-                node = max(g.pages, key=lambda n: (g.pages[n], -n))
-                free = self.host.free_mb()[node] + g.pages[node]
-                if free >= g.memory_mb:
-                    g.pages = {node: g.memory_mb}
-                    g.cpu = {node: 1.0}
+                self._gather(guest)
             elif kind.vdarm_class == 2:
-                g.pages = {i: g.memory_mb / spec.size
-                           for i in range(spec.size)}
+                self._even(guest)
+
+    def _gather(self, guest):
+        pages = self.host.pages(guest)
+        if not pages:
+            return
+        p = max(pages, key=lambda n: (pages[n], -n))
+        free = self.host.free_mb()[p] - self.host.pending_mb()
+        for i, mb in sorted(pages.items()):
+            if i != p and free >= mb:
+                self.host.enqueue(guest, i, p, mb, host_mod.REMOTE)
+                free -= mb
+        self.vcpus_to(guest, {p: guest.vcpus})
+
+    def _even(self, guest):
+        pages = self.host.pages(guest)
+        n = self.spec.size
+        total = sum(pages.values())
+        d = [pages.get(j, 0.0) - total / n for j in range(n)]
+        for j in range(n):
+            for k in range(n):
+                if d[j] <= 1 or d[k] >= -1:
+                    continue
+                amount = min(d[j], -d[k])
+                self.host.enqueue(guest, j, k, amount, host_mod.REMOTE)
+                d[j] -= amount
+                d[k] += amount
 
 
 class OverheadAware(Policy):
-    """The project's agent, unchanged, on the simulated host."""
+    """The project's agent, unchanged, configured as the docs recommend
+    for production, on the simulated host.
+    """
 
     name = 'overhead-aware'
-    dynamic = True
-    rebalance_every = 0
-    colocate = False
 
-    def attach(self, hv):
-        super().attach(hv)
-        conf = plugin_conf.register_opts(cfg.ConfigOpts())
-        conf([])
-        for name, value in (('enforcement', 'pages'),
-                            ('reserve_mb', 256),
-                            ('migrate_rate_mb_per_s', 0),
-                            ('max_move_mb_per_period', 4096),
-                            ('rebalance_threshold', 5),
-                            ('colocate_vcpus', self.colocate)):
-            conf.set_override(name, value, group='numa_overhead_agent')
+    def attach(self, hv, scenario=None):
+        super().attach(hv, scenario)
+        self.conf = production_conf()
+        opts = self.conf.numa_overhead_agent
+        self.sample = max(1, int(opts.sample_interval))
+        self.rebalance_every = int(opts.rebalance_interval)
         self.clock = [0.0]
-        self.agent = agent_mod.Agent(conf, hv, _NullPublisher(),
+        self.agent = agent_mod.Agent(self.conf, hv, _NullPublisher(),
                                      hv.host.spec.name,
                                      clock=lambda: self.clock[0],
                                      sleep=lambda s: None)
-        hv.register_lifecycle(self.agent.on_lifecycle)
+        hv.register_lifecycle(self._on_lifecycle)
+
+    def _on_lifecycle(self, event, name):
+        # The simulated host has no event thread to keep turning: the
+        # agent handles each event as it comes, as before it was queued.
+        self.agent.on_lifecycle(event, name)
+        self.agent.handle_events()
 
     def step(self, now):
         self.clock[0] = now
-        self.agent.cycle()
+        if int(now) % self.sample == 0:
+            self.agent.cycle()
         if self.rebalance_every and int(now) % self.rebalance_every == 0:
             # What the agent service does every rebalance_interval.
             self.agent.rebalance()
             self.agent.colocate()
 
 
-class OverheadAwareFifo(OverheadAware):
-    name = 'overhead-aware+fifo'
-    rebalance_every = 5
-
-
-class OverheadAwareVcpu(OverheadAware):
-    """With the optional co-location of vCPUs and memory
-    (``[numa_overhead_agent] colocate_vcpus``).
+def production_conf(overrides=None):
+    """The agent's configuration as the docs recommend it for production:
+    the option defaults and :data:`agent_conf.PRODUCTION`, nothing else.
     """
-
-    name = 'overhead-aware+vcpu'
-    rebalance_every = 5
-    colocate = True
+    conf = plugin_conf.register_opts(cfg.ConfigOpts())
+    conf([])
+    for name, value in dict(agent_conf.PRODUCTION,
+                            **(overrides or {})).items():
+        conf.set_override(name, value, group='numa_overhead_agent')
+    return conf
 
 
 class _NullPublisher:
@@ -244,79 +404,8 @@ class _NullPublisher:
         return True
 
 
-def objective(host: model.Host) -> float:
-    """Mean throughput of the guests, normalised to each running alone."""
-    tput = host.throughput(host.solve())
-    return sum(tput.values()) / len(tput) if tput else 0.0
-
-
-def candidates(host: model.Host, guest: model.Guest) -> list:
-    """(vCPU node, memory placement) pairs the oracle tries for a guest.
-
-    Every node for the vCPUs; for the memory every single node, an even
-    spread and, up to four nodes, every pair split in halves.
-    """
-    n = host.spec.size
-    mb = guest.memory_mb
-    memory = [{i: mb} for i in range(n)]
-    memory.append({i: mb / n for i in range(n)})
-    if n <= 4:
-        for a, b in itertools.combinations(range(n), 2):
-            memory.append({a: mb / 2, b: mb / 2})
-    return [(cpu, pages) for cpu in range(n) for pages in memory]
-
-
-class Oracle(Policy):
-    """The best placement found by search, vCPUs and memory together.
-
-    Coordinate descent over :func:`candidates`, one guest at a time, from
-    two starting points (the scenario's placement and every guest
-    co-located on its first-touch node), until no single change improves
-    the mean throughput: a bounded search, not a proof of optimality.
-    """
-
-    name = 'oracle'
-    max_passes = 4
-
-    def optimise(self) -> None:
-        guests = [g for g in self.host.guests.values() if not g.pinned]
-        start = [(dict(g.cpu), dict(g.pages)) for g in guests]
-        best_value, best = self._descent(guests)
-        for g in guests:
-            node = max(g.pages, key=lambda n: (g.pages[n], -n))
-            g.cpu, g.pages = {node: 1.0}, {node: g.memory_mb}
-        if not self._fits():
-            for g, (cpu, pages) in zip(guests, start):
-                g.cpu, g.pages = cpu, pages
-        value, placement = self._descent(guests)
-        if value < best_value:
-            placement = best
-        for g, (cpu, pages) in zip(guests, placement):
-            g.cpu, g.pages = dict(cpu), dict(pages)
-
-    def _fits(self):
-        return all(f >= 0 for f in self.host.free_mb())
-
-    def _descent(self, guests):
-        current = objective(self.host)
-        for _ in range(self.max_passes):
-            improved = False
-            for g in guests:
-                keep = (dict(g.cpu), dict(g.pages))
-                for cpu, pages in candidates(self.host, g):
-                    g.cpu, g.pages = {cpu: 1.0}, dict(pages)
-                    if not self._fits():
-                        continue
-                    value = objective(self.host)
-                    if value > current + 1e-9:
-                        current, improved = value, True
-                        keep = (dict(g.cpu), dict(g.pages))
-                g.cpu, g.pages = keep
-            if not improved:
-                break
-        return current, [(dict(g.cpu), dict(g.pages)) for g in guests]
-
-
 POLICIES = {cls.name: cls for cls in (
-    NovaDefault, Numad, Interleave, VTRMS, VProbe, VDARM, OverheadAware,
-    OverheadAwareFifo, OverheadAwareVcpu, Oracle)}
+    NovaDefault, Numad, Interleave, VTRMS, VProbe, VDARM, OverheadAware)}
+ORACLE = 'oracle'
+DEFAULT = OverheadAware.name
+BASELINE = NovaDefault.name

@@ -9,22 +9,30 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""What ``nova-numa-overhead simulate`` prints: table, JSON, figure."""
+"""What ``nova-numa-overhead simulate`` prints: table, JSON, figure.
+
+The headline is always the default configuration (the agent as the docs
+recommend it for production, policy ``overhead-aware``), against Nova's
+default, against the best of the other policies, and as a fraction of the
+oracle.
+"""
 
 import json
 import sys
 
+from nova_numa_overhead.sim import policies as policies_mod
+
 LABELS = {
     'nova-default': 'nova', 'numad': 'numad', 'interleave': 'intlv',
     'vtrms': 'vtrms', 'vprobe': 'vprob', 'vdarm': 'vdarm',
-    'overhead-aware': 'ours', 'overhead-aware+fifo': 'o+f',
-    'overhead-aware+vcpu': 'o+v', 'oracle': 'orcl',
+    'overhead-aware': 'ours', 'oracle': 'orcl',
 }
-LEGEND = ('nova = Nova default (first touch), intlv = interleave, '
-          'vprob = vProbe,\nours = overhead-aware, o+f = with swap-FIFO '
-          'rebalancing, o+v = with\nvCPU co-location, orcl = oracle')
-OURS = ('overhead-aware', 'overhead-aware+fifo', 'overhead-aware+vcpu')
-BASELINE = 'nova-default'
+LEGEND = ('nova = Nova default (first touch, kernel NUMA balancing), '
+          'intlv = interleave,\nvprob = vProbe, ours = overhead-aware as '
+          'recommended for production,\norcl = oracle')
+DEFAULT = policies_mod.DEFAULT
+BASELINE = policies_mod.BASELINE
+ORACLE = policies_mod.ORACLE
 
 
 class Progress:
@@ -67,43 +75,64 @@ class Progress:
         self.stream.flush()
 
 
+def _r(value, digits=4):
+    return None if value is None else round(value, digits)
+
+
 def summary(scenario, results: dict) -> dict:
     """The numbers of one run, as plain data (the JSON output)."""
     base = results.get(BASELINE)
+    oracle = results.get(ORACLE)
     policies = {}
     for name, res in results.items():
-        norm = {g: (v / base.throughput[g] if base and base.throughput[g]
-                    else v) for g, v in res.throughput.items()}
+        norm = {g: (v / base.throughput[g]
+                    if base and base.throughput.get(g) else None)
+                for g, v in res.throughput.items()}
+        worst = [v for v in norm.values() if v is not None]
         policies[name] = {
-            'mean_throughput': round(res.mean, 4),
-            'vs_nova_default': round(res.mean / base.mean, 4)
-            if base else None,
-            'throughput': {g: round(v, 4) for g, v in
+            'mean_throughput': _r(res.mean),
+            'vs_nova_default': _r(res.mean / base.mean)
+            if base and base.mean else None,
+            'throughput': {g: _r(v) for g, v in
                            sorted(res.throughput.items())},
-            'normalised': {g: round(v, 4) for g, v in sorted(norm.items())},
+            'normalised': {g: _r(v) for g, v in sorted(norm.items())},
+            'worst_guest': _r(min(worst)) if worst else None,
             'moved_mb': round(res.moved_mb, 1),
-            'hottest_level': res.hottest_level,
-            'mean_level': round(res.mean_level, 2),
+            'moved_by': {k: round(v, 1) for k, v in
+                         sorted(res.moved_by.items())},
+            'oom_kills': res.oom_kills,
+            'fraction_of_oracle': _r(res.mean / oracle.mean)
+            if oracle and oracle.mean else None,
         }
     data = {
         'scenario': scenario.name, 'description': scenario.description,
-        'host': scenario.host.name, 'seed': scenario.seed,
-        'guests': {g.name: {'profile': g.profile, 'vcpus': g.vcpus,
-                            'memory_mb': g.memory_mb,
-                            'vcpu_node': g.vcpu_node}
-                   for g in scenario.guests},
+        'host': scenario.host.name, 'hosts': scenario.hosts,
+        'seed': scenario.seed, 'balancing': scenario.balancing,
+        'counters': scenario.counters,
+        'default': DEFAULT,
+        'guests': {g.name: {
+            'profile': g.profile, 'vcpus': g.vcpus,
+            'memory_mb': g.memory_mb, 'vcpu_nodes': list(g.vcpu_nodes),
+            'leave_at': g.leave_at,
+            'phases': [[p.at, p.profile] for p in g.phases]}
+            for g in scenario.guests},
         'policies': policies,
     }
-    ours = [p for p in OURS if p in results]
-    if ours:
-        best = max(ours, key=lambda p: results[p].mean)
-        data['ours'] = best
-        data['gain_over'] = {
-            name: round(results[best].mean / res.mean - 1.0, 4)
-            for name, res in results.items() if name not in OURS}
-        if 'oracle' in results:
-            data['fraction_of_oracle'] = round(
-                results[best].mean / results['oracle'].mean, 4)
+    if oracle is not None:
+        data['oracle'] = {k: v for k, v in oracle.extra.items()}
+    if DEFAULT in policies:
+        ours = policies[DEFAULT]
+        data['fraction_of_oracle'] = ours['fraction_of_oracle']
+        others = [n for n in results if n not in (DEFAULT, ORACLE)]
+        if others:
+            best = max(others, key=lambda n: results[n].mean)
+            data['best_other'] = best
+            data['vs_best_other'] = _r(
+                results[DEFAULT].mean / results[best].mean - 1.0) \
+                if results[best].mean else None
+        data['worst_guest'] = ours['worst_guest']
+        if 'decisions' in results[DEFAULT].extra:
+            data['agent'] = dict(results[DEFAULT].extra)
     return data
 
 
@@ -113,35 +142,49 @@ def table(data: dict) -> str:
     head = '%-14s' % 'guest  profile' + ''.join(
         '%6s' % LABELS.get(n, n[:5]) for n in names)
     lines = [data['scenario'],
-             '%s (seed %d)' % (data['description'], data['seed']),
+             '%s (seed %d%s)' % (data['description'], data['seed'],
+                                 '' if data['balancing'] else
+                                 ', NUMA balancing off'),
              'throughput per guest, normalised to nova-default',
              head, '-' * len(head)]
     for guest, info in data['guests'].items():
         row = '%-7s%-7s' % (guest[:6], info['profile'][:6])
         for n in names:
-            row += '%6.2f' % data['policies'][n]['normalised'].get(guest, 0)
+            value = data['policies'][n]['normalised'].get(guest)
+            row += '%6s' % ('-' if value is None else '%.2f' % value)
         lines.append(row)
     lines.append('-' * len(head))
-    lines.append('%-14s' % 'mean' + ''.join(
-        '%6.2f' % (data['policies'][n]['vs_nova_default'] or 0)
-        for n in names))
-    lines.append('%-14s' % 'hottest level' + ''.join(
-        '%6.0f' % data['policies'][n]['hottest_level'] for n in names))
-    lines.append('%-14s' % 'moved GiB' + ''.join(
-        '%6.0f' % (data['policies'][n]['moved_mb'] / 1024.0)
-        for n in names))
+
+    def row(label, key, fmt, scale=1.0):
+        cells = []
+        for n in names:
+            value = data['policies'][n].get(key)
+            cells.append('%6s' % ('-' if value is None
+                                  else fmt % (value * scale)))
+        return '%-14s' % label + ''.join(cells)
+
+    lines.append(row('mean', 'vs_nova_default', '%.2f'))
+    lines.append(row('worst guest', 'worst_guest', '%.2f'))
+    lines.append(row('moved GiB', 'moved_mb', '%.0f', 1 / 1024.0))
     lines.append(LEGEND)
-    if 'gain_over' in data:
+    if DEFAULT in data['policies']:
+        ours = data['policies'][DEFAULT]
         lines.append('')
-        gains = ['%s %+.1f%%' % (LABELS.get(n, n), 100 * g)
-                 for n, g in data['gain_over'].items()]
-        lines.append('%s vs each:' % LABELS[data['ours']])
-        for i in range(0, len(gains), 5):
-            lines.append('  ' + ', '.join(gains[i:i + 5]))
-        if 'fraction_of_oracle' in data:
-            lines.append('%s reaches %.1f%% of the oracle'
-                         % (LABELS[data['ours']],
-                            100 * data['fraction_of_oracle']))
+        parts = ['default configuration (%s): %+.1f%% vs Nova default'
+                 % (LABELS[DEFAULT],
+                    100 * ((ours['vs_nova_default'] or 0) - 1.0))]
+        if 'best_other' in data:
+            parts.append('%+.1f%% vs the best other (%s)'
+                         % (100 * data['vs_best_other'],
+                            data['best_other']))
+        lines.append(',\n  '.join(parts))
+        tail = '  worst single guest %.2fx Nova default' % (
+            ours['worst_guest'] or 0)
+        if data.get('fraction_of_oracle'):
+            tail += ', %.1f%% of the oracle (%s)' % (
+                100 * data['fraction_of_oracle'],
+                data.get('oracle', {}).get('kind', ''))
+        lines.append(tail)
     return '\n'.join(lines)
 
 
@@ -150,30 +193,49 @@ def to_json(data: dict) -> str:
 
 
 def plot(data: dict, path: str) -> None:
-    """A grouped bar chart in the style of Liu & Li's Figures 7 and 8."""
+    """Mean throughput of the default configuration against Nova's
+    default, the best other policy and the oracle, and every guest's
+    throughput under it (sorted), on one figure.
+    """
     import matplotlib
     matplotlib.use('Agg')
     from matplotlib import pyplot
 
-    names = list(data['policies'])
-    guests = list(data['guests']) + ['mean']
-    width = 0.8 / len(names)
-    fig, ax = pyplot.subplots(figsize=(max(8, len(guests) * 0.9), 4.5))
-    for i, name in enumerate(names):
-        values = [data['policies'][name]['normalised'].get(g, 0)
-                  for g in guests[:-1]]
-        values.append(data['policies'][name]['vs_nova_default'] or 0)
-        ax.bar([x + i * width for x in range(len(guests))], values, width,
-               label=LABELS.get(name, name))
-    ax.axhline(1.0, color='black', linewidth=0.8)
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(guests))])
-    ax.set_xticklabels(['%s\n%s' % (g, data['guests'][g]['profile'])
-                        if g in data['guests'] else g for g in guests],
-                       fontsize=8)
-    ax.set_ylabel('throughput vs nova-default')
-    ax.set_title('%s: %s' % (data['scenario'], data['description']),
+    pols = data['policies']
+    shown = [BASELINE]
+    if data.get('best_other') and data['best_other'] != BASELINE:
+        shown.append(data['best_other'])
+    shown.append(DEFAULT)
+    if ORACLE in pols:
+        shown.append(ORACLE)
+    shown = [p for p in shown if p in pols]
+    colours = {BASELINE: '#999999', DEFAULT: '#1f77b4', ORACLE: '#2ca02c'}
+    fig, (left, right) = pyplot.subplots(
+        1, 2, figsize=(11, 4.2), gridspec_kw={'width_ratios': [1, 2]})
+    values = [pols[p]['vs_nova_default'] or 0 for p in shown]
+    bars = left.bar(range(len(shown)), values,
+                    color=[colours.get(p, '#ff7f0e') for p in shown])
+    for bar, value in zip(bars, values):
+        left.text(bar.get_x() + bar.get_width() / 2, value, '%.2f' % value,
+                  ha='center', va='bottom', fontsize=9)
+    left.set_xticks(range(len(shown)))
+    left.set_xticklabels([LABELS.get(p, p) for p in shown])
+    left.set_ylim(0, max(values + [1.0]) * 1.18)
+    left.axhline(1.0, color='black', linewidth=0.8)
+    left.set_ylabel('mean throughput vs Nova default')
+    left.set_title('mean', fontsize=10)
+    for p in shown:
+        norm = sorted(v for v in pols[p]['normalised'].values()
+                      if v is not None)
+        right.plot(range(1, len(norm) + 1), norm, marker='o', markersize=3,
+                   label=LABELS.get(p, p), color=colours.get(p, '#ff7f0e'))
+    right.axhline(1.0, color='black', linewidth=0.8)
+    right.set_xlabel('guests, sorted by their throughput vs Nova default')
+    right.set_ylabel('throughput vs Nova default')
+    right.set_title('every guest', fontsize=10)
+    right.legend(fontsize=8, loc='upper left')
+    fig.suptitle('%s: %s' % (data['scenario'], data['description']),
                  fontsize=10)
-    ax.legend(ncol=5, fontsize=8, loc='upper left')
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     pyplot.close(fig)

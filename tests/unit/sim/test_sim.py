@@ -10,6 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import dataclasses
 import json
 import os
 
@@ -19,6 +20,7 @@ import testtools
 from nova_numa_overhead.cmd import main as cli_main
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.sim import backend
+from nova_numa_overhead.sim import host as host_mod
 from nova_numa_overhead.sim import model
 from nova_numa_overhead.sim import policies
 from nova_numa_overhead.sim import presets
@@ -29,198 +31,489 @@ from nova_numa_overhead.sim import scenarios
 GIB = 1024
 
 
-def guest(name, cpu_node=0, pages=None, profile='ycsb', **kw):
-    return model.Guest(name=name, vcpus=1, memory_mb=4 * GIB,
-                       profile=presets.PROFILES[profile],
-                       cpu={cpu_node: 1.0},
-                       pages=pages or {cpu_node: 4 * GIB}, **kw)
+def guest(name, node=0, memory_gb=4, profile='ycsb', vcpus=2, **kw):
+    return host_mod.Guest(name=name, vcpus=vcpus, memory_mb=memory_gb * GIB,
+                          profile=presets.PROFILES[profile], cpu={node: 1.0},
+                          first_touch=(node,), **kw)
 
 
-class TestSimBackend(testtools.TestCase):
+def two_nodes(memory_gb=16, controllers=1):
+    nodes = tuple(model.NodeSpec(cores=4, llc_mb=8.0,
+                                 memory_mb=memory_gb * GIB, mc_gbps=20.0,
+                                 controllers=controllers) for _ in range(2))
+    return model.HostSpec(name='two', nodes=nodes,
+                          latency_ns=((90.0, 140.0), (140.0, 90.0)),
+                          link_gbps=((0.0, 10.0), (10.0, 0.0)),
+                          distances=((10, 21), (21, 10)), ghz=2.0)
 
-    def setUp(self):
-        super().setUp()
-        self.host = model.Host(presets.ibm_x3850(4))
-        self.hv = backend.SimHypervisor(self.host)
 
-    def test_topology_and_counters(self):
-        topo = self.hv.topology()
-        self.assertEqual(4, topo.size)
-        self.assertEqual(tuple(range(8, 16)), topo.nodes[1].cpus)
-        self.hv.start(guest('a'))
-        self.hv.advance(1.0)
-        self.hv.advance(1.0)
-        dom = self.hv.domains()[0]
-        c = self.hv.counters([dom])['a']
-        self.assertGreater(c.instructions, 0)
-        self.assertGreater(c.cycles, c.instructions)
-        self.assertLessEqual(c.cache_misses, c.cache_references)
-        self.assertEqual([0], self.hv.vcpu_cpus(dom))
-        self.assertEqual({0: 4096}, self.hv.memory_per_node(dom))
+class TestCapacity(testtools.TestCase):
+    """A node never holds more than its memory."""
 
-    def test_moves_change_the_model(self):
-        self.hv.start(guest('a'))
-        dom = self.hv.domains()[0]
-        before = self.host.free_mb()
-        result = self.hv.move_pages(dom, [(0, 2, 1024)], None)
-        self.assertEqual(1024 * 256, result.moved)
-        self.assertEqual({0: 3072, 2: 1024}, self.hv.memory_per_node(dom))
-        self.assertEqual(before[2] - 1024, self.host.free_mb()[2])
-        self.hv.set_nodeset(dom, [1])
-        self.assertEqual({1: 4096}, self.hv.memory_per_node(dom))
-        result = self.hv.move_pages(self.hv.domains()[0], [(1, 3, 512)],
-                                    None)
+    def test_first_touch_spills_to_the_next_node(self):
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        for i in range(3):
+            host.add(guest('g%d' % i, memory_gb=40), preallocate=True)
+        free = host.free_mb()
+        self.assertEqual(0, free[0])
+        for g in host.guests.values():
+            self.assertAlmostEqual(40 * GIB, g.allocated_mb, delta=1)
+        used0 = sum(host.pages(g).get(0, 0) for g in host.guests.values())
+        self.assertLessEqual(used0, 64 * GIB + 1)
+        # The third guest spilled to the nodes after node 0.
+        self.assertGreater(len(host.pages(host.guests['g2'])), 0)
+        self.assertNotIn(0, host.pages(host.guests['g2']))
+
+    def test_controllers_hold_a_quarter_each(self):
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        g = guest('g', memory_gb=20, first_ctrl={0: 0})
+        host.add(g, preallocate=True)
+        self.assertAlmostEqual(16 * GIB, g.ctrl_pages[0], delta=1)
+        self.assertAlmostEqual(4 * GIB, sum(
+            mb for c, mb in g.ctrl_pages.items() if c != 0), delta=1)
+
+    def test_a_move_never_overfills(self):
+        host = host_mod.Host(two_nodes(8), balancing=False)
+        a = guest('a', node=0, memory_gb=6)
+        b = guest('b', node=1, memory_gb=6)
+        host.add(a, preallocate=True)
+        host.add(b, preallocate=True)
+        host.enqueue(a, 0, 1, 6 * GIB, host_mod.REMOTE)
+        for t in range(10):
+            host.step(t)
+        self.assertLessEqual(host.ctrl_used()[1], 8 * GIB + 1)
+        self.assertAlmostEqual(2 * GIB, host.pages(a)[1], delta=1)
+
+    def test_physics_is_checked(self):
+        host = host_mod.Host(two_nodes(8), balancing=False)
+        g = guest('a', memory_gb=4)
+        host.add(g, preallocate=True)
+        g.ctrl_pages[0] = 9 * GIB      # a policy writing pages directly
+        self.assertRaises(host_mod.PhysicsError, host.step, 1.0)
+
+    def test_confined_to_nodes_too_small_is_killed(self):
+        host = host_mod.Host(two_nodes(8), balancing=False)
+        g = guest('a', memory_gb=12)
+        host.add(g)
+        host.restrict(g, (0,))
+        for t in range(20):
+            host.step(t)
+        self.assertTrue(g.oom)
+        self.assertEqual(1, host.oom_kills)
+        self.assertEqual(0.0, host.throughput(host.solve())['a'])
+
+
+class TestMigration(testtools.TestCase):
+    """Moves take time, load the memory and slow the guest."""
+
+    def test_rate_and_cost(self):
+        host = host_mod.Host(two_nodes(64), balancing=False)
+        g = guest('a', memory_gb=8)
+        host.add(g, preallocate=True)
+        before = host.throughput(host.solve())['a']
+        host.enqueue(g, 0, 1, 8 * GIB, host_mod.REMOTE)
+        host.step(1.0)
+        moved = host.pages(g).get(1, 0)
+        self.assertAlmostEqual(host_mod.MIGRATE_MB_PER_S, moved, delta=1)
+        self.assertGreater(g.lost_ms, 0)
+        during = host.throughput(host.solve())['a']
+        self.assertLess(during, before)
+        for t in range(2, 8):
+            host.step(t)
+        self.assertAlmostEqual(8 * GIB, host.pages(g).get(1, 0), delta=1)
+        self.assertAlmostEqual(8 * GIB, host.moved_mb, delta=1)
+
+    def test_nodeset_change_is_rate_limited_by_the_kernel(self):
+        host = host_mod.Host(two_nodes(64), balancing=False)
+        hv = backend.SimHypervisor(host)
+        g = guest('a', memory_gb=16)
+        hv.start(g, preallocate=True)
+        hv.set_nodeset(hv.domains()[0], (1,))
+        host.step(1.0)
+        self.assertLess(host.pages(g).get(1, 0), 16 * GIB)
+        self.assertGreater(host.pages(g).get(0, 0), 0)
+
+    def test_move_pages_respects_the_nodeset(self):
+        host = host_mod.Host(two_nodes(64), balancing=False)
+        hv = backend.SimHypervisor(host)
+        hv.start(guest('a', memory_gb=4), preallocate=True)
+        dom = hv.domains()[0]
+        hv.set_nodeset(dom, (0,))
+        result = hv.move_pages(hv.domains()[0], [(0, 1, 1024)], None)
         self.assertEqual(0, result.moved)
         self.assertIn('EACCES', result.failed)
+        hv.set_nodeset(hv.domains()[0], (0, 1))
+        result = hv.move_pages(hv.domains()[0], [(0, 1, 1024)], 256 * 100)
+        self.assertEqual(256 * 100, result.moved)
 
-    def test_pinned_and_gone(self):
-        self.hv.start(guest('p', pinned=True))
-        dom = self.hv.domains()[0]
-        self.assertTrue(dom.pinned)
-        self.assertRaises(hv_mod.HypervisorError, self.hv.set_nodeset, dom,
-                          [1])
-        self.hv.stop('p')
-        self.assertRaises(hv_mod.DomainGone, self.hv.memory_per_node, dom)
 
-    def test_the_real_agent_places_on_the_model(self):
-        policy = policies.POLICIES['overhead-aware']()
-        policy.attach(self.hv)
-        # Remote scenario: vCPUs on node 1, memory first-touched on node 2.
-        self.hv.start(guest('a', cpu_node=1, pages={2: 4 * GIB}))
-        for now in range(1, 4):
-            self.hv.advance(1.0)
-            policy.step(float(now))
-        self.assertEqual('moved', policy.agent.decisions['a'].action)
-        self.assertEqual({1: 4 * GIB}, self.host.guests['a'].pages)
-        self.assertGreater(self.hv.moved_mb, 0)
+class TestKernel(testtools.TestCase):
+    """Automatic NUMA balancing and the CPU scheduler."""
+
+    def remote_guest(self, balancing=True, **kw):
+        host = host_mod.Host(two_nodes(64), balancing=balancing)
+        g = guest('a', node=0, memory_gb=8, **kw)
+        g.first_touch = (1,)
+        host.add(g, preallocate=True)
+        return host, g
+
+    def test_pages_come_home_at_the_scan_rate(self):
+        host, g = self.remote_guest()
+        host.step(0.0)
+        self.assertLessEqual(host.pages(g).get(0, 0), host_mod.SCAN_MB + 1)
+        for t in range(1, 200):
+            host.step(float(t))
+        self.assertGreater(host.pages(g).get(0, 0), 4 * GIB)
+        self.assertGreater(host.moved_by[host_mod.KERNEL], 4 * GIB)
+
+    def test_switched_off(self):
+        host, g = self.remote_guest(balancing=False)
+        for t in range(60):
+            host.step(float(t))
+        self.assertEqual({1}, set(host.pages(g)))
+
+    def test_not_outside_the_cpuset_nor_interleaved(self):
+        host, g = self.remote_guest(allowed=(1,))
+        for t in range(60):
+            host.step(float(t))
+        self.assertEqual({1}, set(host.pages(g)))
+        host, g = self.remote_guest(interleave=True)
+        for t in range(60):
+            host.step(float(t))
+        self.assertEqual(0, host.moved_mb)
+
+    def test_floating_vcpus_follow_memory_and_spread(self):
+        host = host_mod.Host(two_nodes(64), balancing=True)
+        g = guest('a', node=0, memory_gb=8, floating=True)
+        g.first_touch = (1,)
+        host.add(g, preallocate=True)
+        host.step(0.0)
+        self.assertEqual({1: 1.0}, g.cpu)
+        # Six 2-vCPU guests crowded on node 0 (4 cores): some move.
+        host = host_mod.Host(two_nodes(64), balancing=False)
+        for i in range(6):
+            host.add(guest('g%d' % i, node=0, floating=True),
+                     preallocate=True)
+        host.step(0.0)
+        load = host.cpu_load()
+        self.assertLessEqual(abs(load[0] - load[1]), 4)
+        self.assertGreater(load[1], 0)
+
+
+class TestModel(testtools.TestCase):
+
+    def test_controller_congestion_is_per_controller(self):
+        spec = presets.ibm_x3850(4)
+        host = host_mod.Host(spec, balancing=False)
+        for i in range(4):
+            host.add(guest('a%d' % i, first_ctrl={0: 0}), preallocate=True)
+        one = host.solve()
+        host = host_mod.Host(spec, balancing=False)
+        for i in range(4):
+            host.add(guest('a%d' % i, first_ctrl={0: i}), preallocate=True)
+        spread = host.solve()
+        self.assertGreater(one.ctrl_util.max(), spread.ctrl_util.max())
+        self.assertLess(one.ips.sum(), spread.ips.sum())
+
+    def test_footprint_grows_with_vcpus(self):
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        host.add(guest('small', vcpus=1), preallocate=True)
+        small = host.solve().hit[0]
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        host.add(guest('big', vcpus=8), preallocate=True)
+        self.assertLess(host.solve().hit[0], small)
+
+    def test_solo_is_one(self):
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        host.add(guest('a'), preallocate=True)
+        self.assertAlmostEqual(1.0, host.throughput(host.solve())['a'],
+                               places=3)
+
+
+class TestCounters(testtools.TestCase):
+
+    def run_guest(self, counters, seed=0, seconds=5):
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        hv = backend.SimHypervisor(host, counters=counters, seed=seed)
+        hv.start(guest('a'), preallocate=True)
+        for t in range(seconds):
+            host.step(float(t))
+            hv.advance(host.solve())
+        return hv.counters(hv.domains())['a']
+
+    def test_what_a_typical_host_gives(self):
+        c = self.run_guest(backend.PERF)
+        self.assertGreater(c.instructions, 0)
+        self.assertLessEqual(c.cache_misses, c.cache_references)
+        self.assertEqual(0, c.stalled_cycles)
+        self.assertGreater(self.run_guest(backend.PERF_STALLS)
+                           .stalled_cycles, 0)
+
+    def test_noise(self):
+        a = self.run_guest(backend.PERF, seed=1)
+        b = self.run_guest(backend.PERF, seed=2)
+        self.assertNotEqual(a.cache_misses, b.cache_misses)
+        self.assertAlmostEqual(1.0, a.cache_misses / b.cache_misses,
+                               delta=0.1)
+
+    def test_unknown_profile(self):
+        host = host_mod.Host(presets.ibm_x3850(4))
+        self.assertRaises(ValueError, backend.SimHypervisor, host,
+                          counters='pmu-magic')
 
 
 class TestScenarios(testtools.TestCase):
 
-    def test_builtin(self):
-        table = scenarios.builtin()
-        for name in ('llc-8', 'mc-2', 'remote-6', 'interconnect-4',
-                     'mixed-16', 'memory-32g', 'sockets-8',
-                     'amd-asymmetric', 'cluster'):
-            self.assertEqual(name, table[name]().name)
-        self.assertRaises(ValueError, scenarios.get, 'nope')
-
-    def test_file(self):
-        path = self.useFixture(fixtures.TempDir()).join('s.toml')
+    def write(self, text):
+        path = self.useFixture(fixtures.TempDir()).path + '/s.toml'
         with open(path, 'w') as f:
-            f.write('name = "mine"\nhost = "intel-e5-4610"\nseed = 3\n'
-                    'duration = 10\nmeasure = 5\n'
-                    '[[guests]]\nname = "db"\ncount = 2\nprofile = "ycsb"\n'
-                    'vcpu_node = 1\nfirst_touch = [2]\n'
-                    'extra_specs = {"numa_overhead:max_nodes" = "2"}\n')
-        s = scenarios.load(path)
+            f.write(text)
+        return path
+
+    def test_builtin_are_distinct(self):
+        table = scenarios.builtin()
+        self.assertNotIn('memory-4g', table)
+        self.assertNotIn('sockets-4', table)
+        seen = {}
+        for name, factory in table.items():
+            s = factory()
+            key = (s.host, s.guests, s.hosts)
+            self.assertNotIn(key, seen, '%s repeats %s' % (name,
+                                                           seen.get(key)))
+            seen[key] = name
+        llc = scenarios.get('llc-2').guests
+        mc = scenarios.get('mc-2').guests
+        self.assertEqual([0, 1], [g.first_controller for g in llc])
+        self.assertEqual([0, 0], [g.first_controller for g in mc])
+        self.assertEqual({2}, {g.vcpus for g in llc})
+
+    def test_todays_files_keep_working(self):
+        s = scenarios.load(self.write(
+            'name = "x"\nhost = "ibm-x3850-4s"\nseed = 3\n'
+            '[[guests]]\nname = "db"\ncount = 2\nprofile = "ycsb"\n'
+            'vcpus = 1\nmemory_gb = 4\nvcpu_node = 1\nfirst_touch = [2]\n'
+            'extra_specs = {"numa_overhead:policy" = "proportional"}\n'))
         self.assertEqual(['db-1', 'db-2'], [g.name for g in s.guests])
         self.assertEqual((2,), s.guests[0].first_touch)
-        self.assertEqual('intel-e5-4610', s.host.name)
-        self.assertEqual(3, s.seed)
+        s = scenarios.load(self.write(
+            '[host]\nname = "two"\n'
+            'nodes = [{cores = 8, llc_mb = 16, memory_gb = 64, '
+            'mc_gbps = 20}, {cores = 8, llc_mb = 16, memory_gb = 64, '
+            'mc_gbps = 20}]\nlatency_ns = [[90, 140], [150, 90]]\n'
+            'link_gbps = [[0, 10], [8, 0]]\n'
+            'distances = [[10, 21], [21, 10]]\n'
+            '[[guests]]\nmemory_gb = 4\n'))
+        self.assertEqual(2, s.host.size)
 
-    def test_explicit_host_and_errors(self):
-        tmp = self.useFixture(fixtures.TempDir())
-        good = tmp.join('host.toml')
-        with open(good, 'w') as f:
-            f.write('[host]\nname = "tiny"\nnodes = ['
-                    '{cores = 4, llc_mb = 8, memory_gb = 8, mc_gbps = 10},'
-                    '{cores = 4, llc_mb = 8, memory_gb = 8, mc_gbps = 10}]\n'
-                    'latency_ns = [[100, 150], [160, 100]]\n'
-                    'link_gbps = [[0, 8], [6, 0]]\n'
-                    'distances = [[10, 20], [20, 10]]\n'
-                    '[[guests]]\nprofile = "tunkrank"\n')
-        self.assertEqual(2, scenarios.load(good).host.size)
-        for text, fragment in (
-                ('[[guests]]\nprofile = "doom"\n', "unknown profile 'doom'"),
-                ('[[guests]]\nvcpu_node = 9\n', 'node out of range'),
-                ('name = \n', 'not valid TOML'),
-                ('duration = 0\n[[guests]]\n', 'must be >= 1'),
-                ('[host]\nnodes = []\n[[guests]]\n', 'missing or bad')):
-            bad = tmp.join('bad.toml')
-            with open(bad, 'w') as f:
-                f.write(text)
-            exc = self.assertRaises(ValueError, scenarios.load, bad)
-            self.assertIn(fragment, str(exc))
+    def test_strict(self):
+        cases = [
+            ('[[guests]]\nmemry_gb = 4\n', "guests[0].memry_gb: unknown key"),
+            ('[[guests]]\nmemory_gb = "4"\n',
+             "guests[0].memory_gb: expected a number, got the string '4'"),
+            ('[[guests]]\nextra_specs = {"numa_overhead:policy" = "x"}\n',
+             'numa_overhead:policy'),
+            ('[[guests]]\nextra_specs = {"numa_overhead:polcy" = "x"}\n',
+             'unknown key numa_overhead:polcy'),
+            ('[[guests]]\nprofile = "stream"\n', "unknown profile 'stream'"),
+            ('[[guests]]\nvcpus = true\n', 'expected an integer'),
+            ('sedd = 1\n[[guests]]\n', 'sedd: unknown key'),
+            ('[[guests]]\nvcpu_node = 7\n', 'node out of range 0-3'),
+            ('counters = "magic"\n[[guests]]\n', "unknown profile 'magic'"),
+            ('host = "ibm-x3850-2s"\n[[guests]]\ncount = 3\n'
+             'memory_gb = 64\n', 'overcommitted'),
+            ('[[guests]]\nleave_at = 10\nphases = [{at = 20, '
+             'profile = "ycsb"}]\n', "outside the guest's life"),
+            ('name = "x"\n', 'guests: missing'),
+            ('[[guests]\n', 'not valid TOML'),
+        ]
+        for text, want in cases:
+            path = self.write(text)
+            exc = self.assertRaises(ValueError, scenarios.load, path)
+            self.assertIn(want, str(exc), text)
+            self.assertIn(path, str(exc))
+            self.assertNotIn('\n', str(exc))
+
+    def test_departures_free_the_memory_they_held(self):
+        s = scenarios.load(self.write(
+            'host = "ibm-x3850-2s"\narrival_interval = 10\n'
+            '[[guests]]\nname = "a"\nmemory_gb = 100\nleave_at = 5\n'
+            '[[guests]]\nname = "b"\nmemory_gb = 100\nleave_at = 5\n'))
+        self.assertEqual(2, len(s.guests))
 
 
 class TestRunner(testtools.TestCase):
 
     def test_deterministic_for_a_seed(self):
         s = scenarios.get('remote-4')
-        names = ('nova-default', 'overhead-aware')
-        a = runner.run(s, names)
-        b = runner.run(s, names)
-        for name in names:
-            self.assertEqual(a[name].throughput, b[name].throughput)
+        a = runner.run(s, ('nova-default', 'overhead-aware'))
+        b = runner.run(s, ('nova-default', 'overhead-aware'))
+        self.assertEqual(a['overhead-aware'].throughput,
+                         b['overhead-aware'].throughput)
 
-    def test_oracle_is_an_upper_bound_of_memory_placement(self):
-        s = scenarios.get('remote-4')
-        res = runner.run(s, ('nova-default', 'interleave',
-                             'overhead-aware', 'oracle'))
-        for name in ('nova-default', 'interleave', 'overhead-aware'):
-            self.assertGreaterEqual(res['oracle'].mean + 1e-6,
-                                    res[name].mean, name)
+    def test_time_departures_and_phases(self):
+        s = scenarios.Scenario(
+            name='t', description='', host=two_nodes(32),
+            guests=(scenarios.GuestPlan(
+                name='a', profile='cpu-bound', vcpus=2, memory_mb=4 * GIB,
+                vcpu_nodes=(0,), first_touch=(0,),
+                phases=(scenarios.Phase(10, 'ycsb'),)),
+                scenarios.GuestPlan(
+                name='b', profile='ycsb', vcpus=2, memory_mb=4 * GIB,
+                vcpu_nodes=(0,), first_touch=(0,), leave_at=8)),
+            duration=20, arrival_interval=1, measure=21).validate()
+        timeline = runner.Timeline(s)
+        segments = timeline.segments()
+        self.assertGreaterEqual(len(segments), 2)
+        res = runner.run_policy(s, 'nova-default')
+        self.assertEqual({'a', 'b'}, set(res.throughput))
+
+    def test_every_policy_on_a_scenario(self):
+        s = scenarios.get('interconnect-4')
+        results = runner.run(s)
+        self.assertEqual(set(runner.DEFAULT_POLICIES), set(results))
+        for name, res in results.items():
+            self.assertEqual(4, len(res.throughput), name)
+        for name, res in results.items():
+            self.assertLessEqual(res.mean,
+                                 results['oracle'].mean + 1e-9, name)
 
     def test_unknown_policy(self):
-        self.assertRaises(ValueError, runner.run,
-                          scenarios.get('llc-2'), ('magic',))
+        self.assertRaises(ValueError, runner.run, scenarios.get('llc-2'),
+                          ('nova-default', 'magic'))
+
+
+class TestOursAsShipped(testtools.TestCase):
+    """The simulator runs the agent as the docs recommend, nothing else."""
+
+    def test_configuration(self):
+        from oslo_config import cfg
+
+        from nova_numa_overhead import conf as plugin_conf
+        from nova_numa_overhead.conf import agent as agent_conf
+        host = host_mod.Host(presets.ibm_x3850(4))
+        policy = policies.OverheadAware()
+        policy.attach(backend.SimHypervisor(host))
+        defaults = plugin_conf.register_opts(cfg.ConfigOpts())
+        defaults([])
+        for group in ('numa_overhead', 'numa_overhead_agent'):
+            for name in defaults[group]:
+                want = agent_conf.PRODUCTION.get(name, defaults[group][name]) \
+                    if group == 'numa_overhead_agent' else \
+                    defaults[group][name]
+                self.assertEqual(want, policy.conf[group][name],
+                                 '[%s] %s' % (group, name))
+
+    def test_the_docs_recommend_it(self):
+        from nova_numa_overhead.conf import agent as agent_conf
+        path = os.path.join(os.path.dirname(__file__), '..', '..', '..',
+                            'doc', 'source', 'admin', 'deployment.rst')
+        with open(path) as f:
+            text = f.read()
+        block = text.split('.. production-configuration-start')[1].split(
+            '.. production-configuration-end')[0]
+        lines = [line.strip() for line in block.splitlines()
+                 if '=' in line and not line.strip().startswith('#')]
+        self.assertEqual(sorted('%s = %s' % kv for kv in
+                                agent_conf.PRODUCTION.items()),
+                         sorted(lines))
 
 
 class TestCommand(testtools.TestCase):
 
     def run_cli(self, *argv):
-        out = self.useFixture(fixtures.StringStream('stdout')).stream
-        err = self.useFixture(fixtures.StringStream('stderr')).stream
-        self.useFixture(fixtures.MonkeyPatch('sys.stdout', out))
-        self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
+        out = self.useFixture(fixtures.StringStream('stdout'))
+        err = self.useFixture(fixtures.StringStream('stderr'))
+        self.useFixture(fixtures.MonkeyPatch('sys.stdout', out.stream))
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', err.stream))
         rc = cli_main.main(list(argv))
-        out.seek(0)
-        err.seek(0)
-        return rc, out.read(), err.read()
+        out.stream.flush()
+        err.stream.flush()
+        return rc, out.getDetails()['stdout'].as_text(), \
+            err.getDetails()['stderr'].as_text()
 
     def test_table_fits_80_columns_and_json(self):
-        png = self.useFixture(fixtures.TempDir()).join('fig.png')
-        rc, out, err = self.run_cli(
-            'simulate', '--scenario', 'llc-2', '--plot', png)
-        self.assertEqual(0, rc, err)
-        self.assertIn('throughput per guest, normalised to nova-default',
-                      out)
-        self.assertIn('of the oracle', out)
-        self.assertEqual([], [line for line in out.splitlines()
-                              if len(line) > 80])
-        self.assertIn('100%', err)
-        self.assertGreater(os.path.getsize(png), 1000)
-        rc, out, _ = self.run_cli('simulate', '--scenario', 'remote-4',
-                                  '--format', 'json', '--quiet',
-                                  '--policies', 'nova-default,oracle')
+        rc, out, _ = self.run_cli('simulate', '--scenario', 'remote-2',
+                                  '--quiet')
+        self.assertEqual(0, rc)
+        self.assertLessEqual(max(len(line) for line in out.splitlines()), 80)
+        self.assertIn('default configuration (ours)', out)
+        rc, out, _ = self.run_cli('simulate', '--scenario', 'remote-2',
+                                  '--quiet', '--format', 'json')
         data = json.loads(out)
-        self.assertEqual(1.0, data['policies']['nova-default'][
-            'vs_nova_default'])
-        self.assertEqual('remote-4', data['scenario'])
+        self.assertEqual('overhead-aware', data['default'])
+        for name, p in data['policies'].items():
+            for key in ('mean_throughput', 'vs_nova_default', 'normalised',
+                        'moved_mb'):
+                self.assertIn(key, p, name)
+        self.assertIn('memory_mb', data['guests']['vm1'])
+        self.assertIsNotNone(data['fraction_of_oracle'])
+        self.assertIn(data['oracle']['kind'], ('exhaustive', 'best-known'))
 
     def test_bad_scenario_is_one_line(self):
-        rc, out, err = self.run_cli('simulate', '--scenario', 'nope')
+        path = self.useFixture(fixtures.TempDir()).path + '/bad.toml'
+        with open(path, 'w') as f:
+            f.write('[[guests]]\nmemry_gb = 4\n')
+        rc, out, err = self.run_cli('simulate', '--scenario-file', path)
         self.assertEqual(2, rc)
         self.assertEqual(1, len(err.strip().splitlines()))
-        self.assertIn("unknown scenario 'nope'", err)
+        self.assertIn('memry_gb', err)
+        self.assertNotIn('Traceback', err)
 
-    def test_list(self):
-        rc, out, _ = self.run_cli('simulate', '--list')
+    def test_sweep_json(self):
+        rc, out, _ = self.run_cli('simulate', '--sweep', '2', '--seed', '5',
+                                  '--quiet', '--format', 'json',
+                                  '--workers', '1', '--policies',
+                                  'nova-default,overhead-aware,oracle')
         self.assertEqual(0, rc)
-        self.assertIn('mixed-16', out)
+        data = json.loads(out)
+        self.assertEqual(2, len(data['scenarios']))
+        row = data['scenarios'][0]
+        self.assertEqual('sweep-5-0', row['name'])
+        self.assertIn('guests', row['scenario'])
+        self.assertEqual('overhead-aware', row['default'])
 
 
 class TestReport(testtools.TestCase):
 
+    def test_headline_is_the_default_configuration(self):
+        s = scenarios.get('remote-2')
+        results = runner.run(s, ('nova-default', 'numad', 'overhead-aware'))
+        data = report.summary(s, results)
+        self.assertEqual('overhead-aware', data['default'])
+        self.assertEqual('numad', data['best_other'])
+        text = report.table(data)
+        self.assertIn('vs the best other (numad)', text)
+
     def test_progress_without_a_terminal(self):
         stream = self.useFixture(fixtures.StringStream('p')).stream
         progress = report.Progress('x', stream=stream)
-        progress.start(20)
-        for _ in range(20):
+        progress.start(100)
+        for _ in range(100):
             progress.tick()
         progress.done()
-        stream.seek(0)
-        lines = stream.read().splitlines()
-        self.assertEqual(11, len(lines))
-        self.assertIn('100%', lines[-1])
+
+    def test_plot(self):
+        s = scenarios.get('remote-2')
+        data = report.summary(s, runner.run(s))
+        path = self.useFixture(fixtures.TempDir()).path + '/f.png'
+        report.plot(data, path)
+        self.assertGreater(os.path.getsize(path), 1000)
+
+
+class TestHypervisorInterface(testtools.TestCase):
+
+    def test_gone_and_pinned(self):
+        host = host_mod.Host(presets.ibm_x3850(4))
+        hv = backend.SimHypervisor(host)
+        hv.start(guest('p', pinned=True), preallocate=True)
+        dom = hv.domains()[0]
+        self.assertTrue(dom.pinned)
+        self.assertRaises(hv_mod.HypervisorError, hv.set_nodeset, dom, [1])
+        hv.stop('p')
+        self.assertRaises(hv_mod.DomainGone, hv.memory_per_node, dom)
+
+    def test_the_real_agent_places_on_the_model(self):
+        s = dataclasses.replace(scenarios.get('remote-4'), balancing=False)
+        res = runner.run(s, ('nova-default', 'overhead-aware'))
+        self.assertGreater(res['overhead-aware'].mean,
+                           res['nova-default'].mean)
