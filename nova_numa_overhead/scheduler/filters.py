@@ -87,8 +87,45 @@ class NUMAOverheadFilter(filters.BaseHostFilter):
         except Exception:
             LOG.exception('NUMA overhead store unavailable')
             query = None
-        return [h for h in hosts
-                if self._passes(h, limit, query, unknown_passes)]
+        if limit is None:
+            # Only hosts with an aggregate limit are looked up.
+            return [h for h in hosts
+                    if self._passes(h, limit, query, unknown_passes)]
+        return self._filter_all_limited(hosts, limit, query, unknown_passes)
+
+    def _filter_all_limited(self, hosts, limit, query, unknown_passes):
+        """Every host is looked up: in one batch (the hot path)."""
+        planned = None
+        if query is not None:
+            try:
+                planned = query.overheads(hosts)
+            except Exception:
+                LOG.exception('NUMA overhead look-up failed')
+        if planned is None:
+            planned = [store.UNKNOWN] * len(hosts)
+        debug = LOG.isEnabledFor(logging.DEBUG)
+        passed = []
+        for host_state, value in zip(hosts, planned):
+            host_limit = limit
+            if host_state.aggregates:
+                from_aggregates = aggregate_max_level(host_state)
+                if from_aggregates is not None:
+                    host_limit = min(limit, from_aggregates)
+            if value is store.UNKNOWN:
+                if unknown_passes:
+                    passed.append(host_state)
+                elif debug:
+                    LOG.debug('%(host)s fails NUMAOverheadFilter: no fresh '
+                              'report and unknown_host=fail',
+                              {'host': host_state.host})
+            elif value <= host_limit:
+                passed.append(host_state)
+            elif debug:
+                LOG.debug('%(host)s fails NUMAOverheadFilter: planned '
+                          'overhead %(planned)s above the allowed %(limit)d',
+                          {'host': host_state.host, 'planned': value,
+                           'limit': host_limit})
+        return passed
 
     def host_passes(self, host_state, spec_obj):
         return bool(self.filter_all([host_state], spec_obj))

@@ -68,21 +68,16 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
             LOG.debug('NUMAOverheadWeigher gives every host the same '
                       'weight: %s', exc)
             return [unknown] * len(weighed_obj_list)
-        overhead = query.overhead
-        weights = []
-        # The hot loop of the weigher: one look-up per host.
-        for obj in weighed_obj_list:
-            host = obj.obj
-            try:
-                planned = overhead(host.host, host.free_ram_mb,
-                                   host.num_instances)
-            except Exception:
-                LOG.exception('NUMA overhead lookup failed for host %s',
-                              host.host)
-                planned = None
-            weights.append(unknown if planned is None or planned == math.inf
-                           else 1.0 / (1.0 + planned))
-        return weights
+        hosts = [obj.obj for obj in weighed_obj_list]
+        try:
+            planned = query.overheads(hosts)
+        except Exception:
+            LOG.exception('NUMA overhead look-up failed')
+            return [unknown] * len(weighed_obj_list)
+        inf = math.inf
+        # The hot loop of the weigher: one look-up per host, done above.
+        return [unknown if value is None or value == inf
+                else 1.0 / (1.0 + value) for value in planned]
 
     def _weigh_object(self, host_state, weight_properties):
         return self.weigh_objects(
