@@ -131,20 +131,32 @@ def request_sync(conf, transport=None) -> None:
 
 
 class ReportPublisher:
-    """Agent side: casts reports to every scheduler worker."""
+    """Agent side: casts reports to every scheduler worker.
 
-    def __init__(self, conf, transport=None):
+    ``retry``: connection retries per report (oslo.messaging's meaning);
+    the agent's sender thread
+    (:class:`~nova_numa_overhead.compute.publisher.AsyncPublisher`) does
+    its own backoff, so a report fails fast instead of waiting out an
+    outage.
+    """
+
+    def __init__(self, conf, transport=None, retry: int = 0):
         self.conf = conf
+        self.retry = retry
         self._client = messaging.get_rpc_client(
             transport or get_transport(conf),
             messaging.Target(topic=conf.numa_overhead.report_topic,
                              namespace=NAMESPACE, version=RPC_VERSION))
 
+    def send(self, report: report_mod.Report) -> None:
+        """Send a report; raises what oslo.messaging raised."""
+        self._client.prepare(fanout=True, retry=self.retry).cast(
+            {}, 'report', report=report.to_dict())
+
     def publish(self, report: report_mod.Report) -> bool:
         """Send a report; False (and a log line) if the broker refused."""
         try:
-            self._client.prepare(fanout=True).cast(
-                {}, 'report', report=report.to_dict())
+            self.send(report)
         except Exception as exc:
             LOG.warning('Could not publish NUMA overhead report %(seq)d: '
                         '%(exc)s', {'seq': report.seq, 'exc': exc})

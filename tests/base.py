@@ -12,6 +12,7 @@
 """Shared test helpers."""
 
 import fixtures
+import hypothesis
 from oslo_config import cfg
 from oslo_config import fixture as config_fixture
 import testtools
@@ -19,6 +20,20 @@ import testtools
 from nova_numa_overhead import conf as plugin_conf
 from nova_numa_overhead.overhead import estimator
 from nova_numa_overhead import report as report_mod
+
+
+def fuzz(examples: int, **extra) -> hypothesis.settings:
+    """Hypothesis settings for the unit tests: the same examples on every
+    run (CI must not turn red by chance), no database, no deadline (this
+    machine is shared and its timings are noise).
+    """
+    return hypothesis.settings(
+        max_examples=examples, derandomize=True, database=None,
+        deadline=None, print_blob=True,
+        suppress_health_check=[hypothesis.HealthCheck.too_slow,
+                               hypothesis.HealthCheck.data_too_large,
+                               hypothesis.HealthCheck.filter_too_much],
+        **extra)
 
 
 class TestCase(testtools.TestCase):
@@ -39,8 +54,10 @@ class TestCase(testtools.TestCase):
 def make_report(host='host1', nodes=2, free_mb=16384, total_mb=32768,
                 guests=1, llc=None, mc=None, inter=None, rml=None,
                 distances=None, seq=1, agent_id='agent-1', age=0.0,
-                cpus=8) -> dict:
-    """A valid report as it travels on the wire."""
+                cpus=8, policy=None, max_nodes=4) -> dict:
+    """A valid report as it travels on the wire; with ``policy``, planned
+    by the agent for that policy and ``max_nodes`` (format 1.1).
+    """
     n = nodes
 
     def per_node(value, default):
@@ -60,4 +77,5 @@ def make_report(host='host1', nodes=2, free_mb=16384, total_mb=32768,
         host, agent_id, '0.1.0', seq, levels,
         total_mb=per_node(total_mb, 0), free_mb=per_node(free_mb, 0),
         guests=per_node(guests, 0), cpus=per_node(cpus, 0),
-        distances=topo.distances, age=age).to_dict()
+        distances=topo.distances, age=age, policy=policy,
+        max_nodes=max_nodes).to_dict()

@@ -20,16 +20,37 @@ One :class:`Agent` per compute host, driven by the service in
   changed, ``report_interval`` passed or ``heartbeat_interval`` is due;
 * every ``rebalance_interval``: the swap FIFO pass of
   :mod:`nova_numa_overhead.compute.rebalancer`;
-* on a libvirt "started" event: place the guest at once;
+* on a libvirt event: :meth:`Agent.on_lifecycle` only queues it (it runs
+  on libvirt's event thread, which must keep turning); the service's event
+  thread calls :meth:`Agent.handle_events`, which places guests that
+  started or resumed at once;
 * on a scheduler's sync request: report at once.
 
-A hypervisor that drops its connection is reconnected with backoff; a
-guest that vanishes mid-operation is skipped; nothing a guest does stops
-the loops.
+Threads and locks: the agent's state is guarded by one lock, never held
+while sleeping or waiting on the broker. Reports are handed to the
+publisher outside it (the service's publisher queues them and sends from
+a thread of its own: :mod:`nova_numa_overhead.compute.publisher`); the
+backoff sleep after losing the hypervisor happens outside it too.
+
+Failures: a hypervisor that drops its connection is reconnected with
+backoff; a guest that vanishes mid-operation is skipped; any other error
+of one guest (a libvirt error, an OSError of the privileged helper, a bug)
+is contained: that guest is skipped this cycle, the error is logged
+(once per guest and kind at WARNING) and counted in :attr:`Agent.errors`,
+and the agent goes on with the others.
+
+Interfaces kept narrow for the decision logic that will replace parts of
+it: the agent feeds :class:`~nova_numa_overhead.compute.placer.Placer`
+(``place(domain, view, cpu, before) -> Decision``,
+``better_home(domain, view, cpu)``) and
+:func:`~nova_numa_overhead.compute.rebalancer.plan_moves` a
+:class:`~nova_numa_overhead.overhead.planner.HostView` in which the guest
+being placed counts as free, and applies what they return.
 """
 
 import collections
 import dataclasses
+import errno
 import threading
 import time
 import uuid
@@ -50,6 +71,30 @@ VERSION = '0.1.0'
 PAGES_PER_MB = 256
 MAX_DECISIONS = 64
 BACKOFF = (1, 2, 4, 8, 16, 30)
+#: libvirt events (see Hypervisor.register_lifecycle) that (re)place a guest.
+PLACING_EVENTS = ('started', 'resumed')
+
+
+def error_kind(exc: BaseException) -> str:
+    """A short name for an error: the errno name of an OSError, else the
+    exception class (``EACCES``, ``HypervisorError``, ``KeyError``).
+    """
+    if isinstance(exc, OSError) and exc.errno:
+        return errno.errorcode.get(exc.errno, 'E%d' % exc.errno)
+    return type(exc).__name__
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """The agent's last action on a guest, and how it went."""
+
+    action: str          # restricted | moved | skipped | failed | restored...
+    outcome: str         # 'ok: ...', or what went wrong / why not
+    at: str              # when, ISO 8601 UTC
+
+
+def utc_now() -> str:
+    return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
 
 
 class RateLimit:
@@ -103,14 +148,30 @@ class Agent:
             else None)
         self.domains: dict = {}
         self.pending: set = set()
+        # What Nova allowed each guest (nodes, CPUs; () = all), and the
+        # agent's own restriction in force (nodes, CPUs; () = none).
         self.nova_allowed: dict = {}
+        self.nova_cpus: dict = {}
+        self.restrictions: dict = {}
+        # Guests leaving by live migration: left alone until they are gone
+        # or resume here.
+        self.migrating: set = set()
         # The latest decisions (for logs, status and tests), bounded.
         self.decisions = collections.OrderedDict()
+        # The last action on each guest and its outcome, bounded.
+        self.outcomes = collections.OrderedDict()
         self.last_report = None
         self.last_levels = None
         self.dirty = True
         self.failures = {}
+        # Per-guest errors contained, by kind (error_kind()).
+        self.errors = {}
+        self._warned = set()
         self._lock = threading.RLock()
+        # libvirt's event thread takes only this one, and only briefly.
+        self._events_lock = threading.Lock()
+        self._events = collections.OrderedDict()
+        self._wakeup = threading.Event()
         self._topology = None
         self.levels = None
         self.free_mb = []
@@ -142,16 +203,19 @@ class Agent:
         if not path:
             return {}
         from nova_numa_overhead.compute import probe
+        error = None
         try:
             matrix = probe.load(path, nodes=[n.id for n in topology.nodes])
-            if matrix is None:
-                LOG.warning('topology_file %s does not exist; using SLIT '
-                            'distances', path)
-                return {}
-            args = probe.as_topology_args(matrix)
+            args = probe.as_topology_args(matrix) if matrix else None
         except (OSError, ValueError) as exc:
+            error = exc
+        if error is not None:
             LOG.warning('Ignoring topology_file %(path)s, using SLIT '
-                        'distances: %(exc)s', {'path': path, 'exc': exc})
+                        'distances: %(exc)s', {'path': path, 'exc': error})
+            return {}
+        if matrix is None:
+            LOG.warning('topology_file %s does not exist; using SLIT '
+                        'distances', path)
             return {}
         LOG.info('Remote-access latency levels from the matrix measured '
                  'at %(when)s (%(path)s)', {'when': matrix.measured_at,
@@ -163,51 +227,80 @@ class Agent:
     def cycle(self) -> bool:
         """One sample: measure, estimate, place starters, maybe report.
 
-        :returns: False when the hypervisor was unreachable.
+        :returns: False when the hypervisor was unreachable (after the
+            backoff sleep and a reconnect attempt, both outside the lock).
         """
         with self._lock:
+            error = None
             try:
-                self._cycle()
+                report = self._cycle()
             except hv_mod.HypervisorUnavailable as exc:
-                self._reconnect(exc)
-                return False
-            self._backoff = 0
-            return True
+                error = exc
+            # Logged outside the except clause: oslo.log would repeat the
+            # exception's text after the message.
+            if error is None:
+                if self._backoff:
+                    LOG.info('Hypervisor reachable again after %d failed '
+                             'attempts', self._backoff)
+                self._backoff = 0
+            else:
+                delay = self._failed_attempt(error)
+        if error is not None:
+            self._reconnect(delay)
+            return False
+        self._publish(report)
+        return True
 
-    def _reconnect(self, exc) -> None:
+    def _failed_attempt(self, exc) -> int:
+        """Count a failed attempt, warn once per outage; the next delay."""
         delay = BACKOFF[min(self._backoff, len(BACKOFF) - 1)]
+        if self._backoff == 0:
+            LOG.warning('Hypervisor unavailable: %(exc)s; retrying every '
+                        '%(first)d to %(last)d s (logged again when it is '
+                        'back)', {'exc': exc, 'first': BACKOFF[0],
+                                  'last': BACKOFF[-1]})
+        else:
+            LOG.debug('Hypervisor still unavailable (%(exc)s); next '
+                      'attempt in %(delay)d s', {'exc': exc, 'delay': delay})
         self._backoff += 1
-        LOG.warning('Hypervisor unavailable (%(exc)s); reconnecting in '
-                    '%(delay)d s', {'exc': exc, 'delay': delay})
+        return delay
+
+    def _reconnect(self, delay) -> None:
+        """Wait a backoff step and reconnect; called holding no lock."""
         self.sleep(delay)
         reconnect = getattr(self.hv, 'reconnect', None)
-        if reconnect is not None:
-            try:
-                reconnect()
-            except hv_mod.HypervisorError as again:
-                LOG.warning('Reconnect failed: %s', again)
+        if reconnect is None:
+            return
+        error = None
+        try:
+            reconnect()
+        except hv_mod.HypervisorError as again:
+            error = again
+        if error is not None:
+            LOG.debug('Reconnect failed: %s', error)
 
-    def _cycle(self) -> None:
+    def _cycle(self):
+        """The sample under the lock; returns a report to publish, or None."""
         # Loads the topology, the estimator's topology and the CPU map.
         self.topology
         now = self.clock()
         listed = self.hv.domains()
         current = {d.name: d for d in listed}
+        pending = self._take_pending()
         started = [d for name, d in current.items()
-                   if name not in self.domains or name in self.pending]
+                   if name not in self.domains or name in pending]
         stopped = [name for name in self.domains if name not in current]
         for domain in started:
-            # The nodes Nova allows (numatune it wrote, or every node):
-            # the agent's own nodeset restrictions are not limits to it.
-            self.nova_allowed[domain.name] = tuple(domain.allowed_nodes)
+            if domain.name not in self.domains:
+                self._learn(domain)
             if not domain.pinned and not domain.metadata_error:
-                self._guarded(domain, self.hv.enable_counters, domain)
+                self._guarded(domain, 'Enabling perf events',
+                              self.hv.enable_counters, domain)
         for name in self._measure(listed, now):
             current.pop(name, None)
         self.domains = current
         self.collector.retain(current)
-        for name in [n for n in self.nova_allowed if n not in current]:
-            del self.nova_allowed[name]
+        self._forget([n for n in self.nova_allowed if n not in current])
         self.free_mb = self.hv.free_memory_mb()
         self.levels = estimator.estimate(self.collector.observations(),
                                          self.estimator_topology,
@@ -218,22 +311,151 @@ class Agent:
         for domain in started:
             if domain.name in current:
                 self.place(domain)
-        self.pending.clear()
         if started or stopped or changed:
             self.dirty = True
-        self.maybe_report(now)
+        return self._due_report(now)
+
+    def _take_pending(self) -> set:
+        with self._events_lock:
+            pending, self.pending = self.pending, set()
+        return pending
+
+    def _forget(self, names) -> None:
+        for name in names:
+            self.nova_allowed.pop(name, None)
+            self.nova_cpus.pop(name, None)
+            self.restrictions.pop(name, None)
+            self.migrating.discard(name)
+            self._warned = {w for w in self._warned if w[0] != name}
+
+    # -- Nova's intent ------------------------------------------------------
+
+    @property
+    def enforcing(self) -> bool:
+        """Whether the agent changes guests (nodeset or pages)."""
+        return self.opts.enforcement in (placer_mod.NODESET,
+                                         placer_mod.PAGES)
+
+    def nova_intent(self, domain: hv_mod.DomainInfo) -> tuple:
+        """(nodes, CPUs) Nova allowed the guest; () = every one.
+
+        From the agent's record when this host wrote it (after an agent
+        restart the XML may show the agent's own restriction); for a guest
+        that came by live migration, "every node" carries over but node
+        and CPU ids are the source's, so the rest comes from the XML Nova
+        wrote for this host; else from the XML.
+        """
+        recorded = domain.recorded
+        if recorded is not None and recorded.host == self.host:
+            return tuple(recorded.nova_nodes), tuple(recorded.nova_cpus)
+        if recorded is not None and not recorded.nova_nodes:
+            return (), tuple(domain.nova_cpus)
+        return tuple(domain.nova_nodes), tuple(domain.nova_cpus)
+
+    def _learn(self, domain: hv_mod.DomainInfo) -> None:
+        """A guest seen for the first time (new, or the agent restarted)."""
+        name = domain.name
+        nodes, cpus = self.nova_intent(domain)
+        self.nova_allowed[name] = nodes
+        self.nova_cpus[name] = cpus
+        recorded = domain.recorded
+        restriction = ((), ())
+        if recorded is not None and recorded.host == self.host:
+            # The agent's own earlier restriction, still in force.
+            restriction = (tuple(recorded.nodes), tuple(recorded.cpus))
+            if recorded.action:
+                self.outcomes[name] = Outcome(recorded.action,
+                                              recorded.outcome, recorded.at)
+        self.restrictions[name] = restriction
+        if not self.enforcing or domain.pinned or domain.metadata_error:
+            return
+        if recorded is not None and recorded.host != self.host and (
+                recorded.nodes or recorded.cpus):
+            # It came by live migration with the source agent's
+            # restriction in its XML (a restrictive numatune, vCPU pins):
+            # Nova's placement first, then this host's plan.
+            self._restore(domain, recorded.nodes, recorded.cpus,
+                          'arrived by live migration from %s'
+                          % recorded.host)
+        elif recorded is None or recorded.host != self.host:
+            self._write_record(domain)
+
+    def _restore(self, domain, nodes, cpus, why: str) -> bool:
+        """Give back what Nova allowed where the agent had restricted."""
+        name = domain.name
+        nova_nodes = self.nova_allowed.get(name, ())
+        nova_cpus = self.nova_cpus.get(name, ())
+        done = self._guarded(domain, "Restoring Nova's placement",
+                             self._restore_now, domain,
+                             nova_nodes if nodes else None,
+                             nova_cpus if cpus else None)
+        if not done:
+            return False
+        self.restrictions[name] = ((), ())
+        self.record(name, 'restored', "ok: Nova's placement (nodes %s, "
+                    'CPUs %s): %s' % (_set_text(nova_nodes),
+                                      _set_text(nova_cpus), why))
+        self._write_record(domain)
+        return True
+
+    def _restore_now(self, domain, nodes, cpus) -> bool:
+        self.hv.restore(domain, nodes, cpus)
+        return True
+
+    def _write_record(self, domain: hv_mod.DomainInfo) -> None:
+        """Keep what the agent knows of the guest in its live metadata."""
+        if not self.enforcing:
+            return
+        name = domain.name
+        nodes, cpus = self.restrictions.get(name, ((), ()))
+        last = self.outcomes.get(name)
+        recorded = hv_mod.Recorded(
+            host=self.host, nova_nodes=self.nova_allowed.get(name, ()),
+            nova_cpus=self.nova_cpus.get(name, ()), nodes=nodes, cpus=cpus,
+            action=last.action if last else '',
+            outcome=last.outcome if last else '',
+            at=last.at if last else '')
+        error = None
+        try:
+            self.hv.record(domain, recorded)
+        except hv_mod.HypervisorUnavailable:
+            raise
+        except Exception as exc:
+            error = exc
+        if error is not None:
+            LOG.debug('Could not record the state of %s in its metadata: '
+                      '%s', name, error)
+
+    def leave_for_migration(self, name: str) -> None:
+        """A live migration of ``name`` began: Nova's placement back.
+
+        The agent's cgroup restriction does not travel, but vCPU pins and
+        a restrictive numatune live in the XML; and a migration that fails
+        leaves the guest here with what Nova wrote until it is placed
+        again ('resumed'). The guest is left alone meanwhile.
+        """
+        self.migrating.add(name)
+        domain = self.domains.get(name)
+        if domain is None or not self.enforcing:
+            return
+        nodes, cpus = self.restrictions.get(name, ((), ()))
+        if nodes or cpus:
+            self._restore(domain, nodes, cpus, 'before a live migration')
 
     def _measure(self, listed, now) -> set:
         """Read counters and placement; returns the guests that vanished."""
+        error = None
         try:
             counters = self.hv.counters(listed)
         except hv_mod.HypervisorUnavailable:
             raise
         except hv_mod.HypervisorError as exc:
-            LOG.warning('Could not read counters: %s', exc)
-            counters = {}
+            error, counters = exc, {}
+        if error is not None:
+            LOG.warning('Could not read counters: %s', error)
         gone = set()
         for domain in listed:
+            error = None
             try:
                 cpus = self.hv.vcpu_cpus(domain)
                 memory = self.hv.memory_per_node(domain)
@@ -242,8 +464,10 @@ class Agent:
                 continue
             except hv_mod.HypervisorUnavailable:
                 raise
-            except hv_mod.HypervisorError as exc:
-                LOG.debug('Skipping %s this cycle: %s', domain.name, exc)
+            except Exception as exc:
+                error = exc
+            if error is not None:
+                self.guest_error(domain.name, 'Measuring', error)
                 continue
             self.collector.place(
                 domain.name,
@@ -252,16 +476,51 @@ class Agent:
                                   now)
         return gone
 
-    def _guarded(self, domain, func, *args):
+    def _guarded(self, domain, what, func, *args):
+        """``func(*args)`` for one guest, its failure contained."""
+        error = None
         try:
             return func(*args)
         except hv_mod.DomainGone:
             LOG.debug('Domain %s vanished', domain.name)
         except hv_mod.HypervisorUnavailable:
             raise
-        except hv_mod.HypervisorError as exc:
-            LOG.debug('%s on %s failed: %s', func.__name__, domain.name, exc)
+        except Exception as exc:
+            error = exc
+        if error is not None:
+            self.guest_error(domain.name, what, error)
         return None
+
+    def guest_error(self, name: str, what: str, exc: BaseException) -> str:
+        """Contain one guest's failure: count it, log it, go on.
+
+        Logged at WARNING the first time per guest and kind (a bug, not an
+        OSError or hypervisor error, with its traceback), at DEBUG after
+        that. Returns the one-line reason.
+        """
+        kind = error_kind(exc)
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+        reason = '%s: %s' % (kind, exc)
+        args = {'what': what, 'guest': name, 'reason': reason}
+        if (name, kind) in self._warned:
+            LOG.debug('%(what)s of %(guest)s failed again (%(reason)s)', args)
+        elif isinstance(exc, (hv_mod.HypervisorError, OSError)):
+            self._warned.add((name, kind))
+            LOG.warning('%(what)s of %(guest)s failed, skipped this cycle '
+                        '(%(reason)s)', args)
+        else:
+            self._warned.add((name, kind))
+            LOG.error('%(what)s of %(guest)s failed, skipped this cycle '
+                      '(%(reason)s)', args, exc_info=exc)
+        self.record(name, 'failed', '%s failed: %s' % (what, reason))
+        return reason
+
+    def record(self, name: str, action: str, outcome: str) -> None:
+        """Keep the last action on ``name`` and its outcome (bounded)."""
+        self.outcomes.pop(name, None)
+        self.outcomes[name] = Outcome(action, outcome, utc_now())
+        while len(self.outcomes) > MAX_DECISIONS:
+            self.outcomes.popitem(last=False)
 
     # -- reporting ----------------------------------------------------------
 
@@ -284,31 +543,54 @@ class Agent:
             free_mb=[max(0, min(int(f), t)) for f, t in zip(free, total)],
             guests=self.guests_per_node(),
             cpus=[len(node.cpus) for node in topology.nodes],
-            distances=topology.distances)
+            distances=topology.distances,
+            # Plan at the edge: the schedulers look requests up in it.
+            policy=self.conf.numa_overhead.default_policy,
+            max_nodes=self.conf.numa_overhead.default_max_nodes)
 
     def report(self) -> bool:
-        """Send a report now."""
+        """Build a report and hand it to the publisher now."""
         with self._lock:
-            self.seq += 1
-            try:
-                report = self.build_report()
-            except (report_mod.InvalidReport, hv_mod.HypervisorError) as e:
-                LOG.warning('Could not build a report: %s', e)
-                return False
-            sent = self.publisher.publish(report)
+            report = self._build()
+        return self._publish(report)
+
+    def _build(self):
+        """A new report (under the lock), or None if it cannot be built."""
+        self.seq += 1
+        try:
+            report = self.build_report()
+        except (report_mod.InvalidReport, hv_mod.HypervisorError) as e:
+            LOG.warning('Could not build a report: %s', e)
+            return None
+        # Changes from now on make the next one due.
+        self.dirty = False
+        return report
+
+    def _publish(self, report) -> bool:
+        """Hand ``report`` to the publisher; never under the lock."""
+        if report is None:
+            return False
+        sent = self.publisher.publish(report)
+        with self._lock:
             if sent:
                 self.last_report = self.clock()
-                self.dirty = False
-            return sent
+            else:
+                self.dirty = True
+        return sent
 
-    def maybe_report(self, now=None) -> bool:
-        now = self.clock() if now is None else now
+    def _due_report(self, now):
         period = min(self.opts.report_interval,
                      self.opts.heartbeat_interval)
         due = self.last_report is None or now - self.last_report >= period
         if self.dirty or due:
-            return self.report()
-        return False
+            return self._build()
+        return None
+
+    def maybe_report(self, now=None) -> bool:
+        now = self.clock() if now is None else now
+        with self._lock:
+            report = self._due_report(now)
+        return self._publish(report)
 
     def sync(self) -> None:
         """A scheduler asked for a fresh report."""
@@ -339,13 +621,58 @@ class Agent:
             local_nodes=tuple(n.id for n in topology.nodes if n.cpus))
 
     def on_lifecycle(self, event: str, name: str) -> None:
-        """libvirt lifecycle callback: place starters, report changes."""
+        """libvirt event callback: queue the event and return.
+
+        Runs on libvirt's event thread (keepalive and every other event
+        wait behind it): it takes only the short event lock. The work is
+        :meth:`handle_events`'. ``event``: 'started', 'resumed',
+        'stopped' or 'migrating'.
+        """
+        with self._events_lock:
+            self._events.pop(name, None)
+            self._events[name] = event
+        self.dirty = True
+        self._wakeup.set()
+
+    def wait_for_events(self, timeout: float | None = None) -> bool:
+        """Block until an event is queued (or ``timeout``)."""
+        return self._wakeup.wait(timeout)
+
+    def handle_events(self) -> int:
+        """Act on the queued events; returns how many there were.
+
+        A guest that started or resumed (including on the destination of a
+        live migration) is placed at once; one that stopped is dropped
+        from the next report, sent at once.
+        """
+        with self._events_lock:
+            self._wakeup.clear()
+            events, self._events = self._events, collections.OrderedDict()
+            self.pending.update(name for name, event in events.items()
+                                if event in PLACING_EVENTS)
+        leaving = [name for name, event in events.items()
+                   if event == 'migrating']
+        if leaving:
+            with self._lock:
+                for name in leaving:
+                    self._guarded_migration(name)
         with self._lock:
-            if event == 'started':
-                self.pending.add(name)
-            self.dirty = True
-        if event == 'started':
+            for name, event in events.items():
+                if event in PLACING_EVENTS:
+                    self.migrating.discard(name)
+        if len(leaving) < len(events):
             self.cycle()
+        return len(events)
+
+    def _guarded_migration(self, name) -> None:
+        error = None
+        try:
+            self.leave_for_migration(name)
+        except hv_mod.HypervisorUnavailable as exc:
+            error = exc
+        if error is not None:
+            LOG.debug('Migration of %s: hypervisor unavailable (%s)', name,
+                      error)
 
     def as_nova_placed(self, domain: hv_mod.DomainInfo):
         """The domain with the nodes Nova allows it, not the agent's."""
@@ -357,6 +684,7 @@ class Agent:
     def place(self, domain: hv_mod.DomainInfo) -> placer_mod.Decision:
         state = self.collector.guests.get(domain.name)
         domain = self.as_nova_placed(domain)
+        error = None
         try:
             decision = self.placer.place(
                 domain, self.host_view(without=domain.name),
@@ -366,13 +694,26 @@ class Agent:
             return None
         except hv_mod.HypervisorUnavailable:
             raise
-        except hv_mod.HypervisorError as exc:
-            decision = placer_mod.Decision(domain.name, 'failed', str(exc))
+        except Exception as exc:
+            error = exc
+        if error is not None:
+            # Logged outside the except clause (see cycle()).
+            reason = self.guest_error(domain.name, 'Placement', error)
+            decision = placer_mod.Decision(domain.name, 'failed', reason)
         self.decisions.pop(domain.name, None)
         self.decisions[domain.name] = decision
         while len(self.decisions) > MAX_DECISIONS:
             self.decisions.popitem(last=False)
         self._count_failures(decision.failed)
+        if decision.action != 'failed':
+            self.record(domain.name, decision.action,
+                        _outcome(decision))
+        if decision.action in ('restricted', 'moved'):
+            _nodes, cpus = self.restrictions.get(domain.name, ((), ()))
+            self.restrictions[domain.name] = (
+                tuple(sorted(decision.plan)), tuple(decision.cpus) or cpus)
+        if decision.action != 'skipped':
+            self._write_record(domain)
         if decision.action != 'skipped' or LOG.isEnabledFor(10):
             LOG.info('Placement of %(guest)s: %(action)s, %(reason)s; '
                      'memory %(before)s MiB -> plan %(plan)s MiB, moves '
@@ -405,6 +746,8 @@ class Agent:
     def managed_guests(self) -> list:
         views = []
         for name, domain in self.domains.items():
+            if name in self.migrating:
+                continue
             policy, _ = placer_mod.guest_policy(
                 domain, self.opts.managed_guests,
                 self.conf.numa_overhead.default_policy,
@@ -437,8 +780,12 @@ class Agent:
                 guests, self.levels.overhead_matrix(), self.free_mb,
                 self.opts.rebalance_threshold,
                 self.opts.max_move_mb_per_period, self.opts.reserve_mb)
-            for move in moves:
-                self._apply(move)
+            try:
+                for move in moves:
+                    self._apply(move)
+            except hv_mod.HypervisorUnavailable as exc:
+                # The sampling cycle reconnects.
+                LOG.debug('Rebalancing stopped: %s', exc)
             return moves
 
     def _apply(self, move: rebalancer.Move) -> None:
@@ -449,6 +796,7 @@ class Agent:
             return
         if self.opts.enforcement == 'pages':
             pages = self._pages_allowed(move.mb)
+            error = None
             try:
                 domain = self._widen(domain, move.dst)
                 result = self.hv.move_pages(domain,
@@ -456,14 +804,22 @@ class Agent:
                                             pages)
             except hv_mod.DomainGone:
                 return
-            except hv_mod.HypervisorError as exc:
-                LOG.warning('Rebalance of %(guest)s failed: %(exc)s',
-                            {'guest': move.guest, 'exc': exc})
+            except hv_mod.HypervisorUnavailable:
+                raise
+            except Exception as exc:
+                error = exc
+            if error is not None:
+                self.guest_error(move.guest, 'Rebalance', error)
                 return
             payload['moved_pages'] = result.moved
             payload['failed'] = dict(result.failed)
             self._count_failures(result.failed)
             action = 'moved'
+            self.record(move.guest, 'rebalanced', 'ok: %d of %d pages '
+                        'node %d -> %d%s' % (
+                            result.moved, result.requested, move.src,
+                            move.dst, _failed_text(result.failed)))
+            self._write_record(domain)
         else:
             action = 'would move (enforcement=%s)' % self.opts.enforcement
         LOG.info('Rebalance %(action)s %(mb)d MiB of %(guest)s from node '
@@ -482,6 +838,8 @@ class Agent:
             return domain
         nodes = tuple(sorted(set(current) | {node}))
         self.hv.set_nodeset(domain, nodes)
+        _nodes, cpus = self.restrictions.get(domain.name, ((), ()))
+        self.restrictions[domain.name] = (nodes, cpus)
         return dataclasses.replace(domain, allowed_nodes=nodes)
 
     def colocate(self) -> list:
@@ -503,10 +861,35 @@ class Agent:
                     continue
                 state = self.collector.guests.get(guest.name)
                 view = self.host_view(without=guest.name)
-                if self.placer.better_home(self.as_nova_placed(domain), view,
-                                           state.cpu) is None:
+                better = self._guarded(domain, 'Co-location',
+                                       self.placer.better_home,
+                                       self.as_nova_placed(domain), view,
+                                       state.cpu)
+                if better is None:
                     continue
                 decision = self.place(domain)
                 if decision is not None and decision.action != 'skipped':
                     return [guest.name]
         return []
+
+
+def _set_text(ids) -> str:
+    return ','.join(str(i) for i in ids) if ids else 'all'
+
+
+def _failed_text(failed: dict) -> str:
+    if not failed:
+        return ''
+    return ', not moved: %s' % ', '.join(
+        '%s %d' % (name, count) for name, count in sorted(failed.items()))
+
+
+def _outcome(decision: placer_mod.Decision) -> str:
+    """One line on how a placement went."""
+    if decision.action in ('skipped', 'planned'):
+        return decision.reason
+    text = 'ok: %s' % decision.reason
+    if decision.moves:
+        text += ', %.0f MiB moved%s' % (decision.moved_mb,
+                                        _failed_text(decision.failed))
+    return text

@@ -22,14 +22,24 @@ page frame number, visible with CAP_SYS_ADMIN):
 * soft-dirty bits (``/proc/<pid>/clear_refs``, value 4): a page whose bit
   is still clear a period later was not written.
 
-Idle tracking is used where the kernel has it, soft-dirty where it has
-CONFIG_MEM_SOFT_DIRTY (checked on the agent's own memory); when neither
-works :func:`mode` says None and the caller falls back to the guest's
-address space order.
-Both need the privileges of the page mover (see
-:mod:`nova_numa_overhead.compute.privsep`).
+Idle tracking is used where the kernel has it and this process can use it
+(the bitmap is root's, the frame numbers need CAP_SYS_ADMIN), soft-dirty
+where the kernel has CONFIG_MEM_SOFT_DIRTY (checked on this process's own
+memory); when neither works :func:`mode` says None and the caller falls
+back to the guest's address space order.
+
+The target's ``pagemap`` (mode 0400) and ``clear_refs`` (0200) belong to
+its owner: the privileged helper, run as QEMU's user, opens them with no
+capability at all (see :mod:`nova_numa_overhead.compute.privsep`); run as
+root without CAP_DAC_OVERRIDE it gets EACCES, which the functions here
+raise for the caller to handle. Files of the target are opened through
+``opener(name, mode)``: the helper's held ``/proc/<pid>`` directory, or
+:func:`proc_opener`.
 """
 
+import ctypes
+import errno
+import mmap
 import os
 import struct
 
@@ -45,46 +55,87 @@ SOFT_DIRTY_MODE = 'soft-dirty'
 _SOFT_DIRTY_WORKS = None
 
 
+def proc_opener(pid, proc: str = '/proc'):
+    """``opener(name, mode)`` of the files ``<proc>/<pid>/<name>``."""
+    def opener(name, mode='r'):
+        return open(os.path.join(proc, str(pid), name), mode)
+    return opener
+
+
+def _own_page_entry(write_between: bool) -> int:
+    """The pagemap entry of a fresh page of this process."""
+    buf = mmap.mmap(-1, PAGE_SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        buf[0] = 1
+        address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+        try:
+            if write_between:
+                with open('/proc/self/clear_refs', 'w') as f:
+                    f.write('4')
+                buf[0] = 2
+            return pagemap_entries(proc_opener('self'), [address])[0]
+        finally:
+            del address
+    finally:
+        try:
+            buf.close()
+        except BufferError:
+            pass
+
+
 def soft_dirty_supported() -> bool:
-    """Whether writes set the soft-dirty bit (tried on our own page)."""
+    """Whether writes set the soft-dirty bit (tried on our own page).
+
+    A process that changed its user (the privileged helper run as QEMU's
+    user) is not dumpable: its own ``clear_refs`` is root's and the trial
+    cannot run. The answer is then yes: on a kernel without soft-dirty
+    bits every present page reads as cold, which is address order.
+    """
     global _SOFT_DIRTY_WORKS
     if _SOFT_DIRTY_WORKS is None:
-        import ctypes
-        import mmap
-        buf = mmap.mmap(-1, PAGE_SIZE,
-                        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         try:
-            buf[0] = 1
-            address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-            with open('/proc/self/clear_refs', 'w') as f:
-                f.write('4')
-            buf[0] = 2
-            entry = pagemap_entries(os.getpid(), [address])[0]
-            _SOFT_DIRTY_WORKS = bool(entry & SOFT_DIRTY)
-            del address
+            _SOFT_DIRTY_WORKS = bool(_own_page_entry(True) & SOFT_DIRTY)
+        except PermissionError:
+            _SOFT_DIRTY_WORKS = True
         except OSError:
             _SOFT_DIRTY_WORKS = False
-        finally:
-            try:
-                buf.close()
-            except BufferError:
-                pass
     return _SOFT_DIRTY_WORKS
 
 
-def mode(bitmap: str = PAGE_IDLE_BITMAP, soft_dirty=None) -> str | None:
-    """The tracking this kernel offers, None when it cannot tell."""
-    if os.path.exists(bitmap):
+def frames_visible() -> bool:
+    """Whether pagemap shows this process frame numbers (CAP_SYS_ADMIN)."""
+    try:
+        return bool(_own_page_entry(False) & PFN_MASK)
+    except OSError:
+        return False
+
+
+def mode(bitmap: str = PAGE_IDLE_BITMAP, soft_dirty=None,
+         frames=None) -> str | None:
+    """The tracking this kernel offers this process; None when none.
+
+    ``soft_dirty`` and ``frames`` stand for the checks of this process's
+    own memory when given (tests).
+    """
+    if os.access(bitmap, os.R_OK | os.W_OK) and (
+            frames_visible() if frames is None else frames):
         return IDLE
     if soft_dirty is None:
         soft_dirty = soft_dirty_supported()
     return SOFT_DIRTY_MODE if soft_dirty else None
 
 
-def pagemap_entries(pid: int, addresses, proc: str = '/proc') -> list:
+def why(exc: OSError) -> str:
+    """One line on why a tracking file could not be used."""
+    code = errno.errorcode.get(exc.errno, str(exc.errno))
+    what = os.path.basename(str(exc.filename)) if exc.filename else 'tracking'
+    return '%s: %s (%s)' % (what, exc.strerror or exc, code)
+
+
+def pagemap_entries(opener, addresses) -> list:
     """The raw 64-bit pagemap entry of each address (0 when unreadable)."""
     entries = []
-    with open(os.path.join(proc, str(pid), 'pagemap'), 'rb') as f:
+    with opener('pagemap', 'rb') as f:
         for address in addresses:
             f.seek(address // PAGE_SIZE * 8)
             raw = f.read(8)
@@ -93,33 +144,38 @@ def pagemap_entries(pid: int, addresses, proc: str = '/proc') -> list:
     return entries
 
 
-def start(pid: int, addresses, proc: str = '/proc',
-          bitmap: str = PAGE_IDLE_BITMAP, soft_dirty=None) -> str | None:
-    """Start a tracking period for these pages; returns the mode used."""
-    used = mode(bitmap, soft_dirty)
+def start(opener, addresses, bitmap: str = PAGE_IDLE_BITMAP,
+          soft_dirty=None, frames=None) -> str | None:
+    """Start a tracking period for these pages; returns the mode used.
+
+    :raises OSError: a file of the process could not be used.
+    """
+    used = mode(bitmap, soft_dirty, frames)
     if used is None:
         return None
     if used == IDLE:
-        frames = [e & PFN_MASK for e in pagemap_entries(pid, addresses, proc)
-                  if e & PRESENT and e & PFN_MASK]
-        _set_idle(frames, bitmap)
+        pfns = [e & PFN_MASK for e in pagemap_entries(opener, addresses)
+                if e & PRESENT and e & PFN_MASK]
+        _set_idle(pfns, bitmap)
         return IDLE
-    with open(os.path.join(proc, str(pid), 'clear_refs'), 'w') as f:
+    with opener('clear_refs', 'w') as f:
         f.write('4')
     return SOFT_DIRTY_MODE
 
 
-def cold(pid: int, addresses, proc: str = '/proc',
-         bitmap: str = PAGE_IDLE_BITMAP, soft_dirty=None) -> list | None:
+def cold(opener, addresses, bitmap: str = PAGE_IDLE_BITMAP,
+         soft_dirty=None, frames=None) -> list | None:
     """The addresses whose pages were not used since :func:`start`.
 
     Absent pages are not listed: there is nothing to move. None when the
     kernel cannot tell.
+
+    :raises OSError: a file of the process could not be used.
     """
-    used = mode(bitmap, soft_dirty)
+    used = mode(bitmap, soft_dirty, frames)
     if used is None:
         return None
-    entries = pagemap_entries(pid, addresses, proc)
+    entries = pagemap_entries(opener, addresses)
     if used == IDLE:
         idle = _idle_frames([e & PFN_MASK for e in entries if e & PRESENT],
                             bitmap)

@@ -67,6 +67,29 @@ class HostTopology:
 
 
 @dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What the agent keeps in a guest's own live metadata.
+
+    So that it survives an agent restart and shows in ``nova-numa-overhead
+    status``: what Nova allowed the guest, recorded before the agent
+    changed anything (``nova_nodes``, ``nova_cpus``; () = every node or
+    CPU), the agent's restriction now (``nodes``, ``cpus``; () = none),
+    its last action with its outcome and time (ISO 8601, UTC), and the
+    host it wrote this on: a guest that came by live migration carries
+    its source's record.
+    """
+
+    host: str
+    nova_nodes: tuple = ()
+    nova_cpus: tuple = ()
+    nodes: tuple = ()
+    cpus: tuple = ()
+    action: str = ''
+    outcome: str = ''
+    at: str = ''
+
+
+@dataclasses.dataclass(frozen=True)
 class DomainInfo:
     """A running guest as the agent needs to know it.
 
@@ -87,6 +110,9 @@ class DomainInfo:
     metadata_error: str = ''
     pid: int | None = None         # QEMU process, where known
     allowed_nodes: tuple = ()      # nodes the guest may use; () = all
+    nova_nodes: tuple = ()         # numatune nodeset in the XML; () = all
+    nova_cpus: tuple = ()          # <vcpu cpuset> in the XML; () = all
+    recorded: Recorded | None = None   # the agent's metadata, if any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +138,9 @@ class MoveResult:
 class Hypervisor(metaclass=abc.ABCMeta):
     """What the agent needs from a hypervisor."""
 
+    #: Why the last :meth:`enable_counters` returned False, if known.
+    counters_error = None
+
     @abc.abstractmethod
     def topology(self) -> HostTopology:
         """The host's NUMA nodes, CPUs, memory and distances."""
@@ -127,6 +156,14 @@ class Hypervisor(metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def enable_counters(self, domain: DomainInfo) -> bool:
         """Turn on the perf events the agent reads; False if unsupported."""
+
+    def counters_enabled(self, domain: DomainInfo) -> bool | None:
+        """Whether the perf events the agent reads are on (None: unknown).
+        """
+        return None
+
+    def disable_counters(self, domain: DomainInfo) -> None:
+        """Turn the perf events off again (what ``status`` enabled)."""
 
     @abc.abstractmethod
     def counters(self, domains) -> dict:
@@ -157,11 +194,33 @@ class Hypervisor(metaclass=abc.ABCMeta):
     def pin_vcpus(self, domain: DomainInfo, cpus) -> None:
         """Narrow every vCPU's affinity to these host CPUs."""
 
-    def register_lifecycle(self, callback) -> None:
-        """Call ``callback(event, domain_name)`` on 'started'/'stopped'.
+    def restore(self, domain: DomainInfo, nodes=None, cpus=None) -> None:
+        """Give a guest back the placement Nova wrote for it.
 
-        Backends without events need not implement it: the agent also
-        notices guests appearing and disappearing when it samples.
+        Memory on ``nodes`` and vCPUs on ``cpus`` (() = every node or CPU
+        of the host; None = leave that one as it is).
+        """
+        topology = self.topology()
+        if nodes is not None:
+            self.set_nodeset(domain, nodes or range(topology.size))
+        if cpus is not None:
+            self.pin_vcpus(domain, cpus or sorted(topology.node_of_cpu()))
+
+    def record(self, domain: DomainInfo, recorded: Recorded) -> None:
+        """Keep ``recorded`` with the guest (libvirt: its live metadata).
+
+        Backends that cannot need not implement it: the agent then knows
+        Nova's intent only from the guest's XML after a restart.
+        """
+
+    def register_lifecycle(self, callback) -> None:
+        """Call ``callback(event, domain_name)`` on the guest's events.
+
+        ``event`` is 'started', 'resumed' (after a live migration, on
+        either host), 'migrating' (a live migration of the guest away from
+        this host began) or 'stopped'. Backends without events need not
+        implement it: the agent also notices guests appearing and
+        disappearing when it samples.
         """
 
     def close(self) -> None:

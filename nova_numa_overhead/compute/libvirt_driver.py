@@ -31,6 +31,7 @@ Domains are looked up by libvirt uuid on every call, so a
 """
 
 import contextlib
+import dataclasses
 import os
 import sys
 import threading
@@ -52,6 +53,11 @@ LOG = logging.getLogger(__name__)
 #: The namespace of Nova's ``<nova:instance>`` domain metadata
 #: (``nova.virt.libvirt.config.NOVA_NS``).
 NOVA_NS = 'http://openstack.org/xmlns/libvirt/nova/1.1'
+
+#: The namespace (and its prefix) of the agent's own live metadata
+#: (:class:`~.hypervisor.Recorded`).
+AGENT_NS = 'http://openstack.org/xmlns/nova-numa-overhead/1.0'
+AGENT_PREFIX = 'numa-overhead'
 
 #: Where libvirt's QEMU driver keeps ``<domain name>.pid``, by URI path.
 QEMU_PID_DIRS = {'/system': '/run/libvirt/qemu'}
@@ -229,6 +235,48 @@ def pinned_reason(root, extra_specs: dict) -> str:
     return ''
 
 
+def format_recorded(recorded: hypervisor.Recorded) -> str:
+    """The agent's metadata element (namespace :data:`AGENT_NS`)."""
+    def sets(tag, nodes, cpus):
+        element = ElementTree.SubElement(root, tag)
+        element.set('nodes', format_set(nodes))
+        element.set('cpus', format_set(cpus))
+    root = ElementTree.Element('agent', {'host': recorded.host})
+    sets('nova', recorded.nova_nodes, recorded.nova_cpus)
+    sets('restriction', recorded.nodes, recorded.cpus)
+    ElementTree.SubElement(root, 'last', {'action': recorded.action,
+                                          'outcome': recorded.outcome,
+                                          'at': recorded.at})
+    return ElementTree.tostring(root, encoding='unicode')
+
+
+def parse_recorded(element) -> hypervisor.Recorded | None:
+    """The agent's metadata from its element; None if it is unreadable."""
+    ns = '{%s}' % AGENT_NS
+
+    def sets(tag):
+        child = element.find(ns + tag)
+        if child is None:
+            return (), ()
+        return (parse_set(child.get('nodes', '')),
+                parse_set(child.get('cpus', '')))
+    try:
+        nova_nodes, nova_cpus = sets('nova')
+        nodes, cpus = sets('restriction')
+    except ValueError as e:
+        LOG.debug('Ignoring unreadable agent metadata: %s', e)
+        return None
+    host = element.get('host')
+    if not host:
+        return None
+    last = element.find(ns + 'last')
+    last = last.attrib if last is not None else {}
+    return hypervisor.Recorded(
+        host=host, nova_nodes=nova_nodes, nova_cpus=nova_cpus, nodes=nodes,
+        cpus=cpus, action=last.get('action', ''),
+        outcome=last.get('outcome', ''), at=last.get('at', ''))
+
+
 def parse_domain(xml: str, name: str = '', uuid: str = '',
                  pid: int | None = None) -> hypervisor.DomainInfo:
     """Build a :class:`DomainInfo` from domain XML; never raises.
@@ -246,7 +294,7 @@ def parse_domain(xml: str, name: str = '', uuid: str = '',
     name = root.findtext('name') or name
     uuid = root.findtext('uuid') or uuid
     memory_mb = vcpus = 0
-    allowed = ()
+    allowed = cpuset = ()
     extra_specs = {}
     errors = []
     try:
@@ -255,11 +303,15 @@ def parse_domain(xml: str, name: str = '', uuid: str = '',
         vcpu = root.find('vcpu')
         if vcpu is not None:
             vcpus = int(vcpu.get('current') or vcpu.text)
+            cpuset = parse_set(vcpu.get('cpuset', ''))
         nodeset = root.find('./numatune/memory')
         if nodeset is not None and nodeset.get('nodeset'):
             allowed = parse_set(nodeset.get('nodeset'))
     except (TypeError, ValueError) as e:
         errors.append('domain XML: %s' % e)
+    recorded = root.find('./metadata/{%s}agent' % AGENT_NS)
+    if recorded is not None:
+        recorded = parse_recorded(recorded)
     instance = root.find('./metadata/{%s}instance' % NOVA_NS)
     if instance is not None:
         try:
@@ -271,7 +323,20 @@ def parse_domain(xml: str, name: str = '', uuid: str = '',
         name=name, uuid=uuid, memory_mb=memory_mb, vcpus=vcpus,
         extra_specs=extra_specs, pinned=bool(reason), pinned_reason=reason,
         nova=instance is not None, metadata_error='; '.join(errors),
-        pid=pid, allowed_nodes=allowed)
+        pid=pid, allowed_nodes=allowed, nova_nodes=allowed,
+        nova_cpus=cpuset, recorded=recorded)
+
+
+def live_numatune_mode(xml: str) -> str | None:
+    """The memory mode of a domain's numatune; None without one."""
+    try:
+        root = ElementTree.fromstring(xml)
+    except ElementTree.ParseError as e:
+        raise hypervisor.HypervisorError('unparseable domain XML: %s' % e)
+    memory = root.find('./numatune/memory')
+    if memory is None:
+        return None
+    return memory.get('mode', 'strict')
 
 
 def _run_event_loop() -> None:
@@ -319,8 +384,10 @@ def _ensure_event_loop() -> None:
 class LibvirtHypervisor(hypervisor.Hypervisor):
     """A host reached through libvirt (normally QEMU/KVM).
 
-    ``mover(pid, moves, max_pages) -> MoveResult`` moves a process's pages
-    (it needs privileges the agent does not have; see the privsep helper).
+    ``mover((name, uuid), moves, max_pages) -> MoveResult`` moves a
+    domain's pages and ``memory_nodes((name, uuid), nodes)`` restricts its
+    QEMU's cpuset cgroups to memory nodes (both need privileges the agent
+    does not have; by default they go through the privsep helpers).
     ``pid_dir`` is where ``<name>.pid`` files of QEMU are read; by default
     it is derived from a local ``qemu:///system`` URI, else pids are
     unknown. ``reconnect_backoff`` are the seconds between connection
@@ -329,7 +396,8 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
 
     def __init__(self, uri: str = 'qemu:///system',
                  reconnect_backoff=(1, 2, 4, 8, 30), sleep=time.sleep,
-                 mover=None, pid_dir=_DERIVED, clock=time.monotonic):
+                 mover=None, pid_dir=_DERIVED, clock=time.monotonic,
+                 memory_nodes=None):
         if libvirt is None:
             raise hypervisor.HypervisorError(
                 'the libvirt backend needs libvirt-python (import libvirt '
@@ -341,6 +409,7 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         self._sleep = sleep
         self._clock = clock
         self._mover = mover
+        self._memory_nodes = memory_nodes
         self._pid_dir = (self._derive_pid_dir(uri) if pid_dir is _DERIVED
                          else pid_dir)
         self._lock = threading.RLock()
@@ -349,7 +418,7 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         self._retry_at = 0.0
         self._topology = None
         self._callbacks = []
-        self._callback_id = None
+        self._callback_ids = []
 
     @staticmethod
     def _derive_pid_dir(uri: str) -> str | None:
@@ -385,15 +454,21 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
     def reconnect(self) -> None:
         """Drop the connection, wait out the backoff step, open it once.
 
+        The wait holds no lock: other threads' calls fail fast meanwhile.
+        A connection another thread opened in the meantime is kept.
         Raises HypervisorUnavailable when the open fails.
         """
         with self._lock:
+            if self._conn is not None and self._alive(self._conn):
+                return
             self._drop()
             wait = self._retry_at - self._clock() if self._failures else 0
-            if wait > 0:
-                LOG.debug('Reconnecting to %s in %.1f s', self.uri, wait)
-                self._sleep(wait)
-            self._open()
+        if wait > 0:
+            LOG.debug('Reconnecting to %s in %.1f s', self.uri, wait)
+            self._sleep(wait)
+        with self._lock:
+            if self._conn is None:
+                self._open()
 
     def _connection(self):
         """The open connection, opened if due; else HypervisorUnavailable."""
@@ -425,11 +500,11 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
-        callback_id, self._callback_id = self._callback_id, None
+        callback_ids, self._callback_ids = self._callback_ids, []
         if conn is None:
             return
         try:
-            if callback_id is not None:
+            for callback_id in callback_ids:
                 conn.domainEventDeregisterAny(callback_id)
         except libvirt.libvirtError as e:
             LOG.debug('Deregistering events of a dropped connection: %s', e)
@@ -537,8 +612,29 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
                     name, uuid = dom.name(), dom.UUIDString()
             except hypervisor.DomainGone:
                 continue
-            result.append(parse_domain(xml, name, uuid, self._read_pid(name)))
+            domain = parse_domain(xml, name, uuid, self._read_pid(name))
+            result.append(self._with_cgroup_nodes(domain, xml))
         return result
+
+    def _with_cgroup_nodes(self, domain, xml):
+        """The domain with the nodes its cpuset cgroups allow.
+
+        A guest without numatune that the agent restricted through its
+        cgroups (see :meth:`set_nodeset`) shows it nowhere in its XML.
+        """
+        if (domain.allowed_nodes or domain.pid is None or
+                '<numatune' in xml):
+            return domain
+        from nova_numa_overhead.compute import cgroups
+        try:
+            nodes = cgroups.memory_nodes(domain.pid)
+        except (OSError, ValueError) as e:
+            LOG.debug('cpuset of %s (pid %s) unreadable: %s', domain.name,
+                      domain.pid, e)
+            return domain
+        if not nodes or set(nodes) >= set(range(self.topology().size)):
+            return domain
+        return dataclasses.replace(domain, allowed_nodes=nodes)
 
     def enable_counters(self, domain: hypervisor.DomainInfo) -> bool:
         """Enable the perf events; falls back to those without stalls."""
@@ -552,8 +648,26 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             except (hypervisor.DomainGone, hypervisor.HypervisorUnavailable):
                 raise
             except hypervisor.HypervisorError as e:
+                self.counters_error = str(e)
                 LOG.debug('Cannot enable perf events %s: %s', events, e)
         return False
+
+    def counters_enabled(self, domain: hypervisor.DomainInfo) -> bool:
+        """True when instructions and cycles are counted already."""
+        dom = self._lookup(domain)
+        with self._errors('perf events of %s' % domain.name, dom):
+            events = dom.perfEvents()
+        return all(events.get(e) for e in ('instructions', 'cpu_cycles'))
+
+    def disable_counters(self, domain: hypervisor.DomainInfo) -> None:
+        """Turn off the agent's perf events that are on."""
+        dom = self._lookup(domain)
+        with self._errors('perf events of %s' % domain.name, dom):
+            on = [e for e, enabled in dom.perfEvents().items()
+                  if enabled and e in PERF_EVENTS]
+            if on:
+                dom.setPerfEvents(dict.fromkeys(on, False),
+                                  libvirt.VIR_DOMAIN_AFFECT_LIVE)
 
     def counters(self, domains) -> dict:
         """Perf counters of the domains that have them.
@@ -646,7 +760,25 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
                 % (what, domain.name, domain.pinned_reason))
 
     def set_nodeset(self, domain: hypervisor.DomainInfo, nodes) -> None:
-        """Set the live numatune nodeset; the mode is left as it is."""
+        """Restrict the running guest's memory to ``nodes``, repeatably.
+
+        How depends on the live numatune (libvirt 9.0, kernel 6.1, cgroup
+        v2, measured in tests/numa):
+
+        * none, as Nova writes a floating guest: the cpuset cgroups of the
+          QEMU process's threads (``memory_nodes``, privileged). libvirt's
+          own live change would succeed once and turn the live XML into
+          ``mode='strict'``, refusing every later change. The kernel moves
+          the pages outside ``nodes`` during the write;
+        * ``mode='restrictive'``: libvirt's live numatune change, which it
+          allows every time and applies through the same cgroups;
+        * ``strict``, ``preferred``, ``interleave``: refused. libvirt
+          refuses live changes there, and the agent does not override a
+          placement that was written for the guest.
+
+        Without a local QEMU pid (remote URIs, the test driver) libvirt's
+        live change is the only way, and libvirt decides.
+        """
         self._refuse_pinned(domain, 'change the nodeset of')
         nodes = sorted(set(int(n) for n in nodes))
         size = self.topology().size
@@ -654,24 +786,52 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             raise hypervisor.HypervisorError(
                 'nodeset %s is not within the %d host nodes' % (nodes, size))
         dom = self._lookup(domain)
+        with self._errors('numatune of %s' % domain.name, dom):
+            mode = live_numatune_mode(dom.XMLDesc(0))
+        pid = domain.pid if domain.pid is not None else self._read_pid(
+            domain.name)
+        if mode is None and pid is not None:
+            self._set_cgroup_nodes(domain, nodes)
+            return
+        if mode not in (None, 'restrictive') and pid is not None:
+            raise hypervisor.HypervisorError(
+                'refusing to change the nodeset of %s live: its numatune '
+                'mode is %r (libvirt changes only restrictive ones, and the '
+                'agent does not override one written for the guest)'
+                % (domain.name, mode))
         with self._errors('nodeset of %s' % domain.name, dom):
             dom.setNumaParameters(
                 {libvirt.VIR_DOMAIN_NUMA_NODESET: format_set(nodes)},
                 libvirt.VIR_DOMAIN_AFFECT_LIVE)
 
+    def _set_cgroup_nodes(self, domain, nodes) -> None:
+        memory_nodes = self._memory_nodes
+        if memory_nodes is None:
+            from nova_numa_overhead.compute import privsep
+
+            def memory_nodes(identity, nodes):
+                return privsep.set_memory_nodes(*identity, nodes)
+        try:
+            memory_nodes((domain.name, domain.uuid), list(nodes))
+        except hypervisor.HypervisorError:
+            raise
+        except (OSError, ValueError) as e:
+            raise hypervisor.HypervisorError(
+                'nodeset of %s through its cgroups: %s' % (domain.name, e)
+            ) from e
+
     def move_pages(self, domain: hypervisor.DomainInfo, moves,
                    max_pages: int) -> hypervisor.MoveResult:
-        """Move pages of the QEMU process through the ``mover`` seam."""
+        """Move pages of the domain's QEMU through the ``mover`` seam.
+
+        The mover gets the domain's identity, ``(name, uuid)``, never a
+        pid: the privileged helper finds and checks the process itself.
+        """
         self._refuse_pinned(domain, 'move pages of')
         if self._mover is None:
             raise hypervisor.HypervisorError(
                 'page moves need the privsep helper')
-        pid = domain.pid if domain.pid is not None else self._read_pid(
-            domain.name)
-        if pid is None:
-            raise hypervisor.HypervisorError(
-                'no QEMU pid known for %s' % domain.name)
-        return self._mover(pid, moves, max_pages)
+        return self._mover((domain.name, domain.uuid), moves, max_pages)
 
     def pin_vcpus(self, domain: hypervisor.DomainInfo, cpus) -> None:
         """Set every vCPU's live affinity to ``cpus``.
@@ -697,11 +857,16 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
     # -- events ------------------------------------------------------------
 
     def register_lifecycle(self, callback) -> None:
-        """Call ``callback(event, name)`` on 'started' and 'stopped'.
+        """Call ``callback(event, name)`` on the guests' events.
 
-        Callbacks run in the libvirt event thread and survive reconnects.
-        QEMU reports a guest shutdown as SHUTDOWN then STOPPED, so
-        'stopped' may come twice. If libvirt is down the registration is
+        'started' (STARTED, including the destination of a live
+        migration), 'resumed' (RESUMED after a migration: on the
+        destination, or on the source when it failed), 'migrating' (the
+        first MIGRATION_ITERATION, or SUSPENDED for a migration: the guest
+        is leaving) and 'stopped' (STOPPED, CRASHED, SHUTDOWN; QEMU reports
+        a guest shutdown as SHUTDOWN then STOPPED, so it may come twice).
+        Callbacks run on libvirt's event thread (they must return at once)
+        and survive reconnects. If libvirt is down the registration is
         kept and takes effect when the connection opens.
         """
         with self._lock:
@@ -709,26 +874,52 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             try:
                 if self._conn is None:
                     self._connection()      # registers the callbacks
-                elif self._callback_id is None:
+                elif not self._callback_ids:
                     self._register_events(self._conn)
             except hypervisor.HypervisorUnavailable as e:
                 LOG.warning('Lifecycle events wait for libvirt: %s', e)
 
     def _register_events(self, conn) -> None:
         with self._errors('lifecycle events'):
-            self._callback_id = conn.domainEventRegisterAny(
-                None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
-                self._on_lifecycle, None)
+            self._callback_ids = [
+                conn.domainEventRegisterAny(
+                    None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+                    self._on_lifecycle, None),
+                conn.domainEventRegisterAny(
+                    None, libvirt.VIR_DOMAIN_EVENT_ID_MIGRATION_ITERATION,
+                    self._on_migration_iteration, None)]
+
+    @staticmethod
+    def event_name(event: int, detail: int) -> str | None:
+        """The agent's name for a libvirt lifecycle event; None: ignored."""
+        if event == libvirt.VIR_DOMAIN_EVENT_STARTED:
+            return 'started'
+        if event == libvirt.VIR_DOMAIN_EVENT_RESUMED and detail in (
+                libvirt.VIR_DOMAIN_EVENT_RESUMED_MIGRATED,
+                libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY,
+                libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY_FAILED):
+            return 'resumed'
+        if event == libvirt.VIR_DOMAIN_EVENT_SUSPENDED and detail in (
+                libvirt.VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED,
+                libvirt.VIR_DOMAIN_EVENT_SUSPENDED_POSTCOPY):
+            return 'migrating'
+        if event in (libvirt.VIR_DOMAIN_EVENT_STOPPED,
+                     libvirt.VIR_DOMAIN_EVENT_CRASHED,
+                     libvirt.VIR_DOMAIN_EVENT_SHUTDOWN):
+            return 'stopped'
+        return None
 
     def _on_lifecycle(self, conn, dom, event, detail, opaque) -> None:
-        if event == libvirt.VIR_DOMAIN_EVENT_STARTED:
-            name = 'started'
-        elif event in (libvirt.VIR_DOMAIN_EVENT_STOPPED,
-                       libvirt.VIR_DOMAIN_EVENT_CRASHED,
-                       libvirt.VIR_DOMAIN_EVENT_SHUTDOWN):
-            name = 'stopped'
-        else:
-            return
+        name = self.event_name(event, detail)
+        if name is not None:
+            self._dispatch(name, dom)
+
+    def _on_migration_iteration(self, conn, dom, iteration, opaque) -> None:
+        # The first pass over the guest's memory: a migration began.
+        if iteration == 1:
+            self._dispatch('migrating', dom)
+
+    def _dispatch(self, name: str, dom) -> None:
         domain_name = dom.name()
         for callback in list(self._callbacks):
             try:
@@ -736,3 +927,19 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             except Exception:
                 LOG.exception('Lifecycle callback for %s %s failed',
                               domain_name, name)
+
+    # -- the agent's record ------------------------------------------------
+
+    def record(self, domain: hypervisor.DomainInfo,
+               recorded: hypervisor.Recorded) -> None:
+        """Keep ``recorded`` in the domain's live metadata.
+
+        Under the plugin's namespace (:data:`AGENT_NS`), live only: Nova's
+        persistent definition is left alone, and a hard reboot (which
+        rewrites the XML) starts from Nova's placement again.
+        """
+        dom = self._lookup(domain)
+        with self._errors('metadata of %s' % domain.name, dom):
+            dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT,
+                            format_recorded(recorded), AGENT_PREFIX,
+                            AGENT_NS, libvirt.VIR_DOMAIN_AFFECT_LIVE)

@@ -26,9 +26,17 @@ How the kernel reports (as checked on Linux 6.x):
 * a target node that does not exist or has no memory fails the whole call
   with ``ENODEV`` (``EACCES`` if the node is outside the process's cpuset)
   before any page moves: the kernel checks each page's target node first;
+  a node too full to take the pages fails it with ``ENOMEM`` (seen on
+  Linux 6.1 in tests/numa), possibly after moving some of them;
 * when some pages of a call could be queued but then not migrated, the
   call returns their number (> 0) and leaves the status of that chunk
-  and of every later page unwritten: those are :data:`NOT_REPORTED`.
+  and of every later page unwritten: those are :data:`NOT_REPORTED`;
+* a transparent huge page moves whole with the first of its base pages in
+  the call, and every other base page of it reports ``-EBUSY`` (it was
+  already queued) although it moved (seen on Linux 6.1 in tests/numa).
+
+Pages left unreported or reporting ``-EBUSY`` are therefore asked where
+they are after the call.
 """
 
 import ctypes
@@ -56,7 +64,9 @@ NOT_REPORTED = -(2 ** 31)
 UNREPORTED_NAME = 'EBUSY'
 # Syscall-level errors about the target node rather than the process:
 # every page of the call fails the same way, so they are counted per page.
-NODE_ERRNOS = frozenset((errno.ENODEV, errno.EACCES))
+NODE_ERRNOS = frozenset((errno.ENODEV, errno.EACCES, errno.ENOMEM))
+# Statuses that do not say where the page ended up (module docstring).
+_ASK_AGAIN = frozenset((NOT_REPORTED, -errno.EBUSY))
 
 
 class MoveError(OSError):
@@ -175,7 +185,8 @@ class PageMover:
 
         Per-page failures are counted by errno name, never raised; pages
         that fail stay where they were. A target node the kernel refuses
-        (ENODEV, EACCES) fails every page under that name. A failure of
+        (ENODEV, EACCES) or that is full (ENOMEM) fails every page not
+        moved yet under that name. A failure of
         the process itself (ESRCH, EPERM) raises :class:`MoveError`, with
         what was done so far in its ``result`` attribute.
         """
@@ -194,6 +205,14 @@ class PageMover:
                         requested=len(addresses), moved=moved,
                         failed=failed)
                     raise
+                if exc.errno == errno.ENOMEM:
+                    # The node filled up during the call: some pages of
+                    # the batch may have made it.
+                    landed = sum(1 for n in self._where(pid, batch,
+                                                        target_node)
+                                 if n == target_node)
+                    moved += landed
+                    done += landed
                 name = errno_name(exc.errno)
                 failed[name] = (failed.get(name, 0) +
                                 len(addresses) - done)
@@ -202,9 +221,9 @@ class PageMover:
                 break
             done += len(batch)
             unreported = [addr for addr, status in zip(batch, statuses)
-                          if status == NOT_REPORTED]
+                          if status in _ASK_AGAIN]
             if unreported:
-                statuses = [s for s in statuses if s != NOT_REPORTED]
+                statuses = [s for s in statuses if s not in _ASK_AGAIN]
                 statuses += self._where(pid, unreported, target_node)
             batch_failed = 0
             for status in statuses:

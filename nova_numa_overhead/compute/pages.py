@@ -20,18 +20,29 @@ through the privileged helper. Pages the kernel refuses to move stay where
 they were and are counted by errno.
 """
 
+import errno
 import os
+
+from oslo_log import log as logging
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.compute import numa_stat
 
+LOG = logging.getLogger(__name__)
 WINDOW_PAGES = 4096
 MIB = 1024 * 1024
 PAGE_SIZE = os.sysconf('SC_PAGE_SIZE')
 
 
 class PageMover:
-    """``mover(pid, moves, max_pages) -> MoveResult`` for a backend."""
+    """``mover(domain, moves, max_pages) -> MoveResult`` for a backend.
+
+    ``domain`` is a tuple passed as the leading arguments of every helper
+    call: the libvirt domain's ``(name, uuid)`` for the privileged helper,
+    which finds and checks the domain's QEMU itself
+    (:mod:`nova_numa_overhead.compute.privsep`); tests give ``(pid,)``
+    with helpers of their own.
+    """
 
     def __init__(self, read_maps=None, page_nodes=None, move_pages=None,
                  cold_pages=None, track_pages=None, batch_pages: int = 1024):
@@ -51,15 +62,15 @@ class PageMover:
         self.track_pages = track_pages
         self.batch_pages = batch_pages
 
-    def ranges(self, pid: int) -> list:
-        texts = self.read_maps(pid)
+    def ranges(self, domain: tuple) -> list:
+        texts = self.read_maps(*domain)
         if texts is None:
-            raise hv_mod.DomainGone('process %d is gone' % pid)
+            raise hv_mod.DomainGone('%s is gone' % (domain[0],))
         ranges = numa_stat.numa_maps_ranges(texts['numa_maps'])
         return numa_stat.guest_ram_ranges(
             numa_stat.with_extents(ranges, texts['maps']))
 
-    def pick(self, pid: int, ranges, node: int, pages: int) -> list:
+    def pick(self, domain: tuple, ranges, node: int, pages: int) -> list:
         """Up to ``pages`` addresses of pages now on ``node``."""
         picked = []
         for rng in ranges:
@@ -70,40 +81,64 @@ class PageMover:
                 window = list(range(start, min(rng.end, start +
                                                WINDOW_PAGES * rng.page_size),
                                     rng.page_size))
-                where = self.page_nodes(pid, window)
+                where = self.page_nodes(*domain, window)
                 on_node = [a for a, n in zip(window, where) if n == node]
-                picked.extend(self._cold_first(pid, on_node))
+                picked.extend(self._cold_first(domain, on_node))
                 if len(picked) >= pages:
                     return picked[:pages]
         return picked
 
-    def _cold_first(self, pid, addresses):
+    def _cold_first(self, domain, addresses):
         """Cold pages first, then the others in address order.
 
         Cold: not used since the last period (the swap FIFO's candidates).
         """
         if not addresses or self.cold_pages is None:
             return addresses
-        cold = self.cold_pages(pid, addresses)
+        cold = self.cold_pages(*domain, addresses)
         if not cold:
             return addresses
         cold_set = set(cold)
         return list(cold) + [a for a in addresses if a not in cold_set]
 
-    def restart_tracking(self, pid: int, ranges) -> None:
+    def restart_tracking(self, domain: tuple, ranges) -> None:
         """Begin the next period of cold-page tracking."""
-        if self.track_pages is None:
-            return
         for rng in ranges:
-            if rng.end is not None:
-                self.track_pages(pid, rng.addresses())
+            if self.track_pages is None:
+                return
+            if rng.end is None:
+                continue
+            started = self.track_pages(*domain, rng.addresses())
+            if isinstance(started, dict) and not started.get('mode'):
+                self._no_tracking(started.get('error') or 'unknown reason')
 
-    def __call__(self, pid: int, moves, max_pages) -> hv_mod.MoveResult:
+    def _no_tracking(self, why: str) -> None:
+        """Step aside, once: pages move in address order from now on."""
+        LOG.warning('Cold-page tracking is not available (%s): pages move '
+                    'in address order. Run the privileged helper as QEMU\'s '
+                    'user to use it (see the deployment guide).', why)
+        self.cold_pages = self.track_pages = None
+
+    def __call__(self, domain: tuple, moves, max_pages
+                 ) -> hv_mod.MoveResult:
         try:
-            ranges = self.ranges(pid)
+            return self._move(domain, moves, max_pages)
+        except hv_mod.HypervisorError:
+            raise
+        except OSError as exc:
+            # move_pages(2) or /proc as a whole (MoveError is an OSError):
+            # the process exited, or the helper may not touch it.
+            if exc.errno == errno.ESRCH:
+                raise hv_mod.DomainGone('%s: QEMU exited' % (domain[0],))
+            raise hv_mod.HypervisorError(
+                'page moves of %s failed: %s' % (domain[0], exc)) from exc
+
+    def _move(self, domain, moves, max_pages) -> hv_mod.MoveResult:
+        try:
+            ranges = self.ranges(domain)
         except (KeyError, ValueError) as exc:
-            raise hv_mod.HypervisorError('cannot read the mappings of %d: '
-                                         '%s' % (pid, exc))
+            raise hv_mod.HypervisorError('cannot read the mappings of %s: '
+                                         '%s' % (domain[0], exc))
         requested = moved = 0
         failed = {}
         budget = max_pages
@@ -113,14 +148,15 @@ class PageMover:
                 want = min(want, budget - requested)
             if want <= 0:
                 break
-            addresses = self.pick(pid, ranges, src, want)
+            addresses = self.pick(domain, ranges, src, want)
             if not addresses:
                 continue
-            result = self.move_pages(pid, addresses, dst, self.batch_pages)
+            result = self.move_pages(*domain, addresses, dst,
+                                     self.batch_pages)
             requested += result['requested']
             moved += result['moved']
             for name, count in result['failed'].items():
                 failed[name] = failed.get(name, 0) + count
-        self.restart_tracking(pid, ranges)
+        self.restart_tracking(domain, ranges)
         return hv_mod.MoveResult(requested=requested, moved=moved,
                                  failed=failed)

@@ -22,8 +22,8 @@ enforces them by ``[numa_overhead_agent] enforcement``:
 
 Safety rules, checked before anything changes: a pinned guest is never
 touched; a page never goes to a node outside the guest's allowed set; a
-guest is never restricted to nodes whose free memory (plus what it already
-has there) cannot hold all of it plus ``reserve_mb``.
+guest is never restricted to nodes whose free memory (what it already has
+there counted as free, once) cannot hold all of it plus ``reserve_mb``.
 """
 
 import dataclasses
@@ -57,6 +57,7 @@ class Decision:
     moved_mb: float = 0.0
     failed: dict = dataclasses.field(default_factory=dict)  # errno -> pages
     overhead: float | None = None
+    cpus: tuple = ()            # host CPUs the vCPUs were narrowed to
 
     def payload(self) -> dict:
         return dataclasses.asdict(self)
@@ -161,7 +162,8 @@ class Placer:
         """Plan and enforce one guest.
 
         :param view: the host as the agent measured it, the guest's own
-            memory not counted as used.
+            memory counted as free (``Agent.host_view(without=...)``): the
+            room check reads it as it is.
         :param cpu: node -> fraction of the guest's vCPUs.
         :param before: node -> MiB of the guest's memory now.
         """
@@ -197,7 +199,9 @@ class Placer:
             decision.reason += ' (enforcement=%s)' % self.enforcement
             return decision
         nodes = sorted(plan.shares)
-        room = sum(view.free_mb[n] + before.get(n, 0) for n in nodes)
+        # The view already counts the guest's own memory as free: adding
+        # ``before`` again would count it twice.
+        room = sum(view.free_mb[n] for n in nodes)
         if room < domain.memory_mb + self.reserve_mb:
             decision.action = 'skipped'
             decision.reason = ('nodes %s cannot hold %d MiB plus reserve_mb '
@@ -210,10 +214,15 @@ class Placer:
             cpus = self.colocate_cpus().get(plan.local)
             if cpus:
                 self.hv.pin_vcpus(domain, cpus)
+                decision.cpus = tuple(cpus)
                 decision.reason += ', vCPUs to node %d' % plan.local
         if self.enforcement == PAGES:
+            # Restricting the nodeset made the kernel move what lay outside
+            # it (cgroup v2 migrates on a cpuset.mems change): plan the rest
+            # from where the memory is now, so that no page moves twice.
+            now = self._measure(domain, before)
             decision.moves = moves_towards(
-                {n: mb for n, mb in before.items() if n in allowed},
+                {n: mb for n, mb in now.items() if n in allowed},
                 plan.shares)
             if decision.moves:
                 mb = sum(m[2] for m in decision.moves)
@@ -223,6 +232,19 @@ class Placer:
                 decision.moved_mb = result.moved * page_mb()
                 decision.failed = dict(result.failed)
         return decision
+
+    def _measure(self, domain, before: dict) -> dict:
+        """The guest's memory per node now; ``before`` if unreadable."""
+        try:
+            return self.hv.memory_per_node(domain)
+        except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
+            raise
+        except (hv_mod.HypervisorError, OSError, ValueError) as exc:
+            # Measuring is the agent's business: the pages can still move
+            # from where they were.
+            LOG.debug('Memory of %s unreadable after restricting it: %s',
+                      domain.name, exc)
+            return before
 
 
 def page_mb() -> float:
@@ -237,4 +259,4 @@ def restrict(view: planner.HostView, allowed) -> planner.HostView:
         view, free_mb=[f if n in allowed else 0
                        for n, f in enumerate(view.free_mb)],
         local_nodes=tuple(n for n in view.local_nodes if n in allowed) or
-        view.local_nodes, _orders={})
+        view.local_nodes)

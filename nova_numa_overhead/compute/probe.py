@@ -257,13 +257,18 @@ def run_cell(cpu_node: int, mem_node: int, cpus: list[int], size_mb: int,
              repeat: int) -> tuple[float, float]:
     """Measure one cell in a fresh child process: (latency_ns, MB/s).
 
-    The child is spawned rather than forked, so it inherits no lock held
-    by another thread of the agent and no memory of the parent that could
-    sit on the wrong node. Raises OSError when the child reports a failure,
-    dies without answering (e.g. killed by the OOM killer when the node is
-    out of memory) or exceeds :data:`CHILD_TIMEOUT`.
+    The child is forked from multiprocessing's fork server, a fresh
+    interpreter started once with this module and numpy loaded, not from
+    the caller: it inherits no lock held by another thread of the agent
+    and no memory of the parent that could sit on the wrong node, and a
+    cell does not pay an interpreter start and a numpy import (seconds on
+    a slow host, a minute under emulation). Raises OSError when the child
+    reports a failure, dies without answering (e.g. killed by the OOM
+    killer when the node is out of memory) or exceeds
+    :data:`CHILD_TIMEOUT`.
     """
-    ctx = multiprocessing.get_context('spawn')
+    ctx = multiprocessing.get_context('forkserver')
+    ctx.set_forkserver_preload([__name__, 'numpy'])
     reader, writer = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_main,
                        args=(writer, mem_node, list(cpus), size_mb, repeat),
@@ -297,9 +302,35 @@ def run_cell(cpu_node: int, mem_node: int, cpus: list[int], size_mb: int,
 
 # -- the matrix --------------------------------------------------------------
 
-def _warn_if_cached(nodes, size_mb):
+def largest_llc_bytes(nodes) -> int | None:
+    """The largest last-level cache of the nodes' CPUs, None if unknown."""
     sizes = [llc_bytes(cpus[0]) for cpus in nodes.values() if cpus]
-    llc = max((s for s in sizes if s), default=None)
+    return max((s for s in sizes if s), default=None)
+
+
+def min_size_mb(nodes) -> int | None:
+    """Smallest buffer (MiB) that is ``LLC_FACTOR`` times the LLC."""
+    llc = largest_llc_bytes(nodes)
+    return -(-LLC_FACTOR * llc // _MIB) if llc else None
+
+
+def check_output(path: str) -> None:
+    """Raise ValueError now if ``path`` cannot be written later.
+
+    Measuring takes minutes: a missing directory or a read-only one
+    should stop the probe before it starts, not after.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError('%s is a directory, not a file' % path)
+    if not os.path.isdir(directory):
+        raise ValueError('directory %s does not exist' % directory)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError('cannot write in directory %s' % directory)
+
+
+def _warn_if_cached(nodes, size_mb):
+    llc = largest_llc_bytes(nodes)
     if llc and size_mb * _MIB < LLC_FACTOR * llc:
         LOG.warning('NUMA probe: a %d MiB buffer is not much larger than '
                     'the %d MiB LLC: the latency proxy will be partly '
@@ -389,11 +420,15 @@ def save(matrix: Matrix, path: str) -> None:
             json.dump(data, f, indent=2, allow_nan=False)
             f.write('\n')
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            # Name the file asked for, not the temporary one.
+            raise OSError(exc.errno, 'cannot write %s: %s'
+                          % (path, exc.strerror or exc)) from exc
         raise
 
 

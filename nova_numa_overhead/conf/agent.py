@@ -29,6 +29,14 @@ low-overhead nodes when it starts and rebalances it periodically.
 """)
 
 
+# What the docs recommend for production (doc/source/admin/deployment.rst,
+# "Production"), on top of the option defaults: the simulator runs the
+# agent with exactly this, and a test keeps the docs and this in step.
+PRODUCTION = {
+    'enforcement': 'pages',
+}
+
+
 def _thresholds(name, default, what):
     return cfg.ListOpt(
         name + '_thresholds',
@@ -210,13 +218,21 @@ Related options:
             ('off', 'measure and report only'),
             ('advisory', 'log (and notify) what would be done, change '
                          'nothing'),
-            ('nodeset', 'restrict guests to the planned nodes (live '
-                        'numatune nodeset)'),
+            ('nodeset', 'restrict guests to the planned nodes (the '
+                        'cpuset cgroups of their QEMU threads)'),
             ('pages', 'restrict to the planned nodes and move pages to '
                       'reach the planned shares (move_pages(2))'),
         ],
         help="""
 How the agent enforces placement and rebalancing decisions.
+
+``nodeset`` and ``pages`` restrict a guest written without ``<numatune>``
+(how Nova writes a floating guest) by writing ``cpuset.mems`` of its QEMU
+threads' cgroups through the privileged helper, as often as needed; the
+kernel moves the pages outside the new nodes meanwhile (cgroup v2).
+libvirt's own live numatune change works only once on such a guest. A
+guest with ``mode='restrictive'`` numatune is restricted through libvirt;
+one with another numatune mode is left alone.
 
 Related options:
 

@@ -50,11 +50,21 @@ Related options:
         'transport_url',
         secret=True,
         help="""
-Messaging transport for host reports. When unset, the ``[DEFAULT]
-transport_url`` of Nova is used.
+Messaging transport of the host reports: the broker the schedulers listen
+on. Agents publish their reports there and answer the schedulers' requests
+for fresh ones there; schedulers (and ``nova-numa-overhead reports``)
+listen there. When unset, ``[DEFAULT] transport_url`` is used.
+
+In a cells v2 deployment nova-compute's ``[DEFAULT] transport_url`` points
+at its cell's broker while nova-scheduler listens on the API-level one: set
+this option, in the nova.conf the agent shares with nova-compute, to the
+API-level broker's URL, or the schedulers never hear the agents. The
+agents' notifications still go to ``[oslo_messaging_notifications]
+transport_url``, else ``[DEFAULT] transport_url``, as nova-compute's do.
 
 Possible values:
 
+* Unset: ``[DEFAULT] transport_url``.
 * An oslo.messaging transport URL, e.g. ``rabbit://user:pass@host:5672/``.
 
 Related options:
@@ -237,17 +247,48 @@ Related options:
         'max_report_bytes',
         default=65536,
         min=1024,
+        deprecated_for_removal=True,
+        deprecated_reason="""
+Measuring a report's size meant encoding it again, which cost seconds for a
+huge message. The scheduler now bounds a report by its shape before reading
+it (at most 64 nodes, bounded strings and numbers, unknown keys not read),
+which costs well under a millisecond whatever arrives. This option is
+ignored.
+""",
         help="""
-Largest accepted host report, in bytes of its JSON encoding. Larger reports
-are rejected and logged with the host name.
+Ignored (see the deprecation). Reports are bounded by their shape: at most
+64 nodes, and nothing else of a report is read but its known keys.
 
 Possible values:
 
-* An integer >= 1024; a 64-node host's report is about 34 KiB.
+* An integer >= 1024.
 
 Related options:
 
-* ``[numa_overhead] report_topic``
+* ``[numa_overhead] max_hosts``
+"""),
+    cfg.IntOpt(
+        'max_hosts',
+        default=200000,
+        min=1,
+        help="""
+Most hosts whose reports one scheduler worker keeps. Past it, reports of new
+hosts are refused (one warning per minute says how many) and the hosts held
+are kept; room is made only by forgetting hosts without a fresh report.
+Hosts silent for three ``report_ttl`` are forgotten anyway. The default is
+well above any real cloud and only guards the worker's memory against a
+flood of made-up host names: a host costs about 0.7 KiB (4 NUMA nodes) to
+0.8 KiB (8 nodes), so the default caps the store near 140-160 MiB per
+worker. Lower it to about twice your number of compute hosts to bound
+memory tighter.
+
+Possible values:
+
+* An integer >= 1.
+
+Related options:
+
+* ``[numa_overhead] report_ttl``
 """),
 ]
 

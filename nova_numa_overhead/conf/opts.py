@@ -12,12 +12,18 @@
 """Entry point for oslo-config-generator (namespace ``nova_numa_overhead``)."""
 
 from nova_numa_overhead import conf
+from nova_numa_overhead.conf import privileged
 
 
 def list_opts():
-    """Return a list of (group, options) for every option group."""
+    """Return a list of (group, options) for every option group.
+
+    ``[numa_overhead_privileged]`` is listed but not registered by
+    :func:`nova_numa_overhead.conf.register_opts`: oslo.privsep registers
+    it (see :mod:`nova_numa_overhead.conf.privileged`).
+    """
     result = []
-    for module in conf._MODULES:
+    for module in conf._MODULES + (privileged,):
         for group, opts in module.list_opts().items():
             result.append((group, opts))
     return result

@@ -183,6 +183,29 @@ class Levels:
                 'rml': [list(r) for r in self.rml]}
 
 
+@dataclasses.dataclass
+class Inputs:
+    """The raw values the levels are classified from (for tuning).
+
+    ``llc[i]``: LLC contention of node ``i`` (1 - hit rate); ``mc[i]``:
+    cycle loss of local accesses to node ``i``; ``inter[L][i]``: cycle
+    loss of accesses from node ``L`` to node ``i``; None where no guest
+    gave a value (classified as 0). ``rml[L][i]``: local/remote ratio,
+    always known: from the guests' IPC where ``rml_source[L][i]`` is
+    ``'ipc'``, else the host's static ratio (``'static'``). Diagonals of
+    the pair matrices are None.
+    """
+
+    llc: list
+    mc: list
+    inter: list
+    rml: list
+    rml_source: list
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def static_levels(topology: Topology,
                   thresholds: Thresholds = Thresholds()) -> Levels:
     """Levels of an idle host: only the static remote-latency term."""
@@ -192,6 +215,38 @@ def static_levels(topology: Topology,
 def estimate(observations: Sequence[Observation], topology: Topology,
              thresholds: Thresholds = Thresholds()) -> Levels:
     """Classify the four overheads of every node and pair (Figure 4).
+
+    The raw values come from :func:`measure`; each is classified by its
+    ascending thresholds (a missing value counts as 0).
+    """
+    return classify_inputs(measure(observations, topology), thresholds)
+
+
+def classify_inputs(inputs: Inputs,
+                    thresholds: Thresholds = Thresholds()) -> Levels:
+    """The levels of ``inputs`` under ``thresholds``."""
+    n = len(inputs.llc)
+
+    def level(value, which):
+        return classify(value or 0.0, which)
+
+    inter = [[0] * n for _ in range(n)]
+    rml = [[0] * n for _ in range(n)]
+    for local in range(n):
+        for node in range(n):
+            if node != local:
+                inter[local][node] = level(inputs.inter[local][node],
+                                           thresholds.inter)
+                rml[local][node] = level(inputs.rml[local][node],
+                                         thresholds.rml)
+    return Levels(llc=[level(v, thresholds.llc) for v in inputs.llc],
+                  mc=[level(v, thresholds.mc) for v in inputs.mc],
+                  inter=inter, rml=rml)
+
+
+def measure(observations: Sequence[Observation],
+            topology: Topology) -> Inputs:
+    """The raw value of each overhead of every node and pair.
 
     Attribution (documented in doc/source/admin/estimator.rst):
 
@@ -208,7 +263,7 @@ def estimate(observations: Sequence[Observation], topology: Topology,
     n = topology.size
     hit_sum = [0.0] * n
     hit_weight = [0.0] * n
-    cycle_loss = [[-1.0] * n for _ in range(n)]
+    cycle_loss = [[None] * n for _ in range(n)]
     ipc_sum = [[0.0] * n for _ in range(n)]
     ipc_weight = [[0.0] * n for _ in range(n)]
     for obs in observations:
@@ -220,35 +275,33 @@ def estimate(observations: Sequence[Observation], topology: Topology,
             for mem_node, mem_w in obs.memory.items():
                 if mem_w < MIN_WEIGHT or not 0 <= mem_node < n:
                     continue
-                if obs.cycle_loss > cycle_loss[cpu_node][mem_node]:
-                    cycle_loss[cpu_node][mem_node] = obs.cycle_loss
+                loss = max(obs.cycle_loss, 0.0)
+                if cycle_loss[cpu_node][mem_node] is None or \
+                        loss > cycle_loss[cpu_node][mem_node]:
+                    cycle_loss[cpu_node][mem_node] = loss
                 weight = cpu_w * mem_w
                 ipc_sum[cpu_node][mem_node] += weight * obs.ipc
                 ipc_weight[cpu_node][mem_node] += weight
 
-    llc = []
-    mc = []
-    for i in range(n):
-        contention = (1.0 - hit_sum[i] / hit_weight[i]) if hit_weight[i] \
-            else 0.0
-        llc.append(classify(contention, thresholds.llc))
-        mc.append(classify(max(cycle_loss[i][i], 0.0), thresholds.mc))
-
-    inter = [[0] * n for _ in range(n)]
-    rml = [[0] * n for _ in range(n)]
+    llc = [1.0 - hit_sum[i] / hit_weight[i] if hit_weight[i] else None
+           for i in range(n)]
+    mc = [cycle_loss[i][i] for i in range(n)]
+    inter = [[None] * n for _ in range(n)]
+    rml = [[None] * n for _ in range(n)]
+    source = [[None] * n for _ in range(n)]
     for local in range(n):
         local_ipc = (ipc_sum[local][local] / ipc_weight[local][local]
                      if ipc_weight[local][local] else None)
         for node in range(n):
             if node == local:
                 continue
-            inter[local][node] = classify(max(cycle_loss[local][node], 0.0),
-                                          thresholds.inter)
+            inter[local][node] = cycle_loss[local][node]
             remote_ipc = (ipc_sum[local][node] / ipc_weight[local][node]
                           if ipc_weight[local][node] else None)
             if local_ipc and remote_ipc:
-                ratio = local_ipc / remote_ipc
+                rml[local][node] = local_ipc / remote_ipc
+                source[local][node] = 'ipc'
             else:
-                ratio = topology.remote_ratio(local, node)
-            rml[local][node] = classify(ratio, thresholds.rml)
-    return Levels(llc=llc, mc=mc, inter=inter, rml=rml)
+                rml[local][node] = topology.remote_ratio(local, node)
+                source[local][node] = 'static'
+    return Inputs(llc=llc, mc=mc, inter=inter, rml=rml, rml_source=source)

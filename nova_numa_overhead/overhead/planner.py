@@ -37,6 +37,7 @@ run on; when unknown every node is tried and the best plan kept):
    take goes to the next lowest-overhead node with room.
 """
 
+import bisect
 import dataclasses
 import functools
 import math
@@ -62,6 +63,18 @@ STEP = 2
 SEARCH_EXPONENT = 6
 SEARCH_LIMIT = 8
 MAX_EXPONENT = 16
+# Request-size buckets: 256 MiB * 2**k and 384 MiB * 2**k up to 6 TiB, so
+# the usual flavor sizes (512 MiB, 1, 2, 3, 4, 6, 8 ... GiB) are exact. The
+# agent ships its plan per bucket in its report; the scheduler scores a
+# request at the smallest bucket that holds it.
+BUCKETS = tuple(sorted(b * 2 ** k for b in (256, 384) for k in range(15)))
+
+
+def bucket_index(memory_mb: int) -> int:
+    """Index of the smallest bucket that holds ``memory_mb`` (the largest
+    one beyond).
+    """
+    return min(bisect.bisect_left(BUCKETS, memory_mb), len(BUCKETS) - 1)
 
 
 @dataclasses.dataclass
@@ -79,9 +92,17 @@ class HostView:
     overhead: list
     distances: list
     local_nodes: tuple = ()
-    # Candidate order per local node, which does not depend on the request.
+    # What does not depend on the request, per local node: the candidate
+    # order, the step groups and the empty nodes. Not init fields, so that
+    # dataclasses.replace() starts them afresh.
     _orders: dict = dataclasses.field(default_factory=dict, repr=False,
-                                      compare=False)
+                                      compare=False, init=False)
+    _steps: dict = dataclasses.field(default_factory=dict, repr=False,
+                                     compare=False, init=False)
+    _empties: dict = dataclasses.field(default_factory=dict, repr=False,
+                                       compare=False, init=False)
+    _bounds: list = dataclasses.field(default=None, repr=False,
+                                      compare=False, init=False)
 
     def __post_init__(self):
         if not self.local_nodes:
@@ -97,6 +118,53 @@ class HostView:
                 (i for i in range(self.size) if self.free_mb[i] > 0),
                 key=lambda i: (math.ceil(row[i] / STEP), dist[i], row[i], i))
         return order
+
+    def locals_by_bound(self) -> list:
+        """(local node, lowest overhead seen from it of a node with free
+        memory), lowest first: no plan from a local node costs less.
+        """
+        ranked = self._bounds
+        if ranked is None:
+            free = [i for i in range(self.size) if self.free_mb[i] > 0]
+            ranked = self._bounds = sorted(
+                ((local, min((self.overhead[local][i] for i in free),
+                             default=math.inf))
+                 for local in self.local_nodes),
+                key=lambda pair: (pair[1], pair[0]))
+        return ranked
+
+    def steps_from(self, local: int, max_nodes: int) -> list:
+        """(nodes, their free MiB) under each step threshold, ascending:
+        at most ``max_nodes`` nodes, nearest first within a step (4.2).
+        """
+        key = (local, max_nodes)
+        steps = self._steps.get(key)
+        if steps is None:
+            order = self.order_from(local)
+            row = self.overhead[local]
+            free = self.free_mb
+            group = {i: math.ceil(row[i] / STEP) for i in order}
+            steps = []
+            for step in sorted(set(group.values())):
+                chosen = [i for i in order if group[i] <= step][:max_nodes]
+                steps.append((chosen, sum(free[i] for i in chosen)))
+            self._steps[key] = steps
+        return steps
+
+    def empties_from(self, local: int) -> list:
+        """Nodes without guests that may take a whole request alone, best
+        first: the local node, then remote nodes at least one step
+        cheaper than it, nearest first.
+        """
+        empties = self._empties.get(local)
+        if empties is None:
+            dist = self.distances[local]
+            row = self.overhead[local]
+            empties = self._empties[local] = sorted(
+                (i for i in range(self.size) if self.guests[i] == 0 and
+                 (i == local or row[i] <= row[local] - STEP)),
+                key=lambda i: (i != local, dist[i], row[i], i))
+        return empties
 
     @property
     def size(self) -> int:
@@ -237,15 +305,12 @@ def _greedy_fractions(overheads, ideal):
 
 def _select(view: HostView, local: int, request_mb: int,
             max_nodes: int) -> list:
-    order = view.order_from(local)
     row = view.overhead[local]
     free = view.free_mb
     # Raise the step threshold (0, 2, 4, ...) until the candidates under
     # it, at most max_nodes of them, hold the request.
-    for step in sorted({math.ceil(row[i] / STEP) for i in order}):
-        chosen = [i for i in order
-                  if math.ceil(row[i] / STEP) <= step][:max_nodes]
-        if sum(free[i] for i in chosen) >= request_mb:
+    for chosen, room in view.steps_from(local, max_nodes):
+        if room >= request_mb:
             # A remote node only shares the load of a local node that can
             # hold it alone when it is cheaper than the local node.
             if local in chosen and free[local] >= request_mb:
@@ -255,7 +320,7 @@ def _select(view: HostView, local: int, request_mb: int,
     # max_nodes nodes cannot hold it: take more, lowest overhead first.
     chosen = []
     room = 0
-    for node in order:
+    for node in view.order_from(local):
         chosen.append(node)
         room += free[node]
         if room >= request_mb:
@@ -264,20 +329,17 @@ def _select(view: HostView, local: int, request_mb: int,
 
 
 def _proportional(view, local, request_mb, max_nodes):
-    dist = view.distances[local]
     row = view.overhead[local]
     # An empty remote node only wins over the local node when it is at
     # least two levels cheaper (the swap FIFO's margin): its remote-latency
     # and interconnect levels count, and its links carry no traffic yet.
-    empty = [i for i in range(view.size)
-             if view.guests[i] == 0 and view.free_mb[i] >= request_mb and
-             (i == local or row[i] <= row[local] - STEP)]
-    if empty:
-        node = min(empty, key=lambda i: (i != local, dist[i], row[i], i))
-        return _finish(PROPORTIONAL, view, local, [node], [request_mb])
+    free = view.free_mb
+    for node in view.empties_from(local):
+        if free[node] >= request_mb:
+            return _finish(PROPORTIONAL, view, local, [node], [request_mb])
     nodes = _select(view, local, request_mb, max_nodes)
     amounts = split_binary(request_mb, [row[i] for i in nodes],
-                           [view.free_mb[i] for i in nodes])
+                           [free[i] for i in nodes])
     if amounts is None:
         return None
     return _finish(PROPORTIONAL, view, local, nodes, amounts)
@@ -335,9 +397,17 @@ def plan(view: HostView, request_mb: int, policy: str = PROPORTIONAL,
         raise ValueError('max_nodes must be >= 1, got %r' % max_nodes)
     if request_mb <= 0:
         raise ValueError('request must be > 0 MiB, got %r' % request_mb)
-    locals_ = (local,) if local is not None else view.local_nodes
+    if local is not None:
+        locals_ = ((local, -math.inf),)
+    else:
+        locals_ = view.locals_by_bound()
     best = None
-    for node in locals_:
+    for node, bound in locals_:
+        # Every share sits on a node with free memory, so no plan from
+        # here costs less than the cheapest such node: past the best plan
+        # (and its rounding), the rest cannot win.
+        if best is not None and bound > best.overhead + 0.001:
+            break
         if policy == PROPORTIONAL:
             candidate = _proportional(view, node, request_mb, max_nodes)
         elif policy == SPREAD:
@@ -357,3 +427,24 @@ def _rank(view: HostView, plan: Plan) -> tuple:
     return (plan.overhead, len(plan.shares),
             sum(view.guests[n] for n in plan.shares),
             -plan.shares.get(plan.local, 0), plan.local)
+
+
+def plan_buckets(view: HostView, policy: str = PROPORTIONAL,
+                 max_nodes: int = DEFAULT_MAX_NODES) -> list:
+    """Planned overhead of a guest of every request-size bucket.
+
+    The agent ships this in its report and the scheduler looks requests up
+    in it: entry ``k`` is ``plan(view, BUCKETS[k], policy,
+    max_nodes).overhead``. The list stops before the first bucket the
+    host's free memory cannot hold (every larger one cannot either).
+    """
+    free = sum(max(f, 0) for f in view.free_mb)
+    planned = []
+    for bucket in BUCKETS:
+        if bucket > free:
+            break
+        result = plan(view, bucket, policy, max_nodes)
+        if result is None:
+            break
+        planned.append(result.overhead)
+    return planned

@@ -41,13 +41,17 @@ class FakeHypervisor(hv_mod.Hypervisor):
         self.enabled = set()
         self.down = False
         self.vanish_on = None  # (method, name): DomainGone once
+        self.raise_on = {}     # (method, name): exception, every call
+        self.recorded = {}     # name -> Recorded (the agent's metadata)
+        self.restored = []     # (name, nodes, cpus)
         self.reconnects = 0
         self.move_failures = {}
 
     # -- test helpers -------------------------------------------------------
 
     def add(self, name, memory, vcpu_node=0, memory_mb=None, pinned=False,
-            extra_specs=None, nova=True, metadata_error='', vcpus=2):
+            extra_specs=None, nova=True, metadata_error='', vcpus=2,
+            recorded=None):
         memory = dict(memory)
         self.guests[name] = hv_mod.DomainInfo(
             name=name, uuid='uuid-' + name,
@@ -55,6 +59,8 @@ class FakeHypervisor(hv_mod.Hypervisor):
             extra_specs=dict(extra_specs or {}), pinned=pinned,
             pinned_reason='test' if pinned else '', nova=nova,
             metadata_error=metadata_error, pid=1000 + len(self.guests))
+        if recorded is not None:
+            self.recorded[name] = recorded
         self.memory[name] = memory
         for node, mb in memory.items():
             self.free[node] -= mb
@@ -84,6 +90,9 @@ class FakeHypervisor(hv_mod.Hypervisor):
                 raise hv_mod.DomainGone(domain.name)
             if domain.name not in self.guests:
                 raise hv_mod.DomainGone(domain.name)
+            error = self.raise_on.get((method, domain.name))
+            if error is not None:
+                raise error
 
     # -- the interface ------------------------------------------------------
 
@@ -97,14 +106,32 @@ class FakeHypervisor(hv_mod.Hypervisor):
 
     def domains(self):
         self._check('domains')
-        return [dataclasses.replace(d, allowed_nodes=self.nodesets[name])
-                if name in self.nodesets else d
-                for name, d in self.guests.items()]
+        return [dataclasses.replace(
+            d, allowed_nodes=self.nodesets.get(name, d.allowed_nodes),
+            recorded=self.recorded.get(name))
+            for name, d in self.guests.items()]
+
+    def record(self, domain, recorded):
+        self._check('record', domain)
+        self.recorded[domain.name] = recorded
+
+    def restore(self, domain, nodes=None, cpus=None):
+        self._check('restore', domain)
+        self.restored.append((domain.name, nodes, cpus))
+        super().restore(domain, nodes, cpus)
 
     def enable_counters(self, domain):
         self._check('enable_counters', domain)
         self.enabled.add(domain.name)
         return True
+
+    def counters_enabled(self, domain):
+        self._check('counters_enabled', domain)
+        return domain.name in self.enabled
+
+    def disable_counters(self, domain):
+        self._check('disable_counters', domain)
+        self.enabled.discard(domain.name)
 
     def counters(self, domains):
         self._check('counters')

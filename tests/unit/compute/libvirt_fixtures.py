@@ -62,15 +62,16 @@ def nova_domain_xml(name: str, uuid: str, memory_mb: int, vcpus: int,
                     nodeset: str | None = None,
                     garbage_metadata: bool = False,
                     nova_metadata: bool = True,
-                    hugepages: bool = False) -> str:
+                    hugepages: bool = False,
+                    nodeset_mode: str = 'strict') -> str:
     """Domain XML of a Nova guest.
 
     ``extra_specs=None`` leaves out ``<nova:extraSpecs>`` (older Nova).
     ``pinned`` adds what Nova writes for a guest with a NUMA topology and
     dedicated CPUs: vcpupin/emulatorpin (vCPU i on host CPU i), a guest
     NUMA cell and strict numatune with a memnode on ``nodeset`` (default
-    '0'). Otherwise ``nodeset`` gives a plain strict ``<numatune>`` (what
-    the agent itself sets). ``garbage_metadata`` writes a flavor whose
+    '0'). Otherwise ``nodeset`` gives a plain ``<numatune>`` in
+    ``nodeset_mode``. ``garbage_metadata`` writes a flavor whose
     memory and vcpus are not integers and an extra spec without a name.
     """
     if garbage_metadata:
@@ -95,8 +96,8 @@ def nova_domain_xml(name: str, uuid: str, memory_mb: int, vcpus: int,
         cpu = ('<cpu><numa><cell id="0" cpus="0-%d" memory="%d" unit="KiB"/>'
                '</numa></cpu>' % (vcpus - 1, memory_mb * 1024))
     elif nodeset is not None:
-        numatune = ('<numatune><memory mode="strict" nodeset="%s"/>'
-                    '</numatune>' % nodeset)
+        numatune = ('<numatune><memory mode="%s" nodeset="%s"/>'
+                    '</numatune>' % (nodeset_mode, nodeset))
     if hugepages:
         backing = ('<memoryBacking><hugepages>'
                    '<page size="2048" unit="KiB"/></hugepages>'

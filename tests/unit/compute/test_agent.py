@@ -11,11 +11,13 @@
 # under the License.
 
 import dataclasses
+import threading
 
 import fixtures
 
 from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.overhead import planner
 from nova_numa_overhead import report as report_mod
 from tests import base
 from tests.unit.compute import fakes
@@ -93,6 +95,21 @@ class TestReporting(AgentTestCase):
         self.assertEqual(65536 - 4 * GIB, report.nodes[0].free_mb)
         self.assertEqual(8, report.nodes[0].cpus)
         self.assertEqual([[0, 2, 2, 2]], [list(report.rml[0])])
+
+    def test_report_carries_the_plan_of_the_default_policy(self):
+        # Plan at the edge (report format 1.1): what a scheduler would
+        # plan from the report, for every bucket the host can hold.
+        self.flags(default_policy='spread', default_max_nodes=2)
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.make_agent()
+        agent.cycle()
+        report = self.publisher.reports[-1]
+        self.assertEqual(('spread', 2), report.planned[:2])
+        self.assertEqual(planner.plan_buckets(report.view(), 'spread', 2),
+                         list(report.planned.overhead))
+        self.assertEqual(len([b for b in planner.BUCKETS
+                              if b <= sum(agent.free_mb)]),
+                         len(report.planned.overhead))
 
     def test_reports_on_change_and_heartbeat_only(self):
         self.hv.add('a', {0: 4 * GIB})
@@ -179,6 +196,123 @@ class TestResilience(AgentTestCase):
         self.hv.vanish_on = ('set_nodeset', 'a')
         self.assertTrue(agent.cycle())
         self.assertNotIn('a', agent.decisions)
+
+
+class TestContainment(AgentTestCase):
+    """One guest's failure, whatever it is, costs that guest one cycle."""
+
+    def two_guests(self, agent):
+        agent.cycle()
+        self.hv.add('bad', {0: 4 * GIB}, vcpu_node=1)
+        self.hv.add('good', {0: 4 * GIB}, vcpu_node=1)
+
+    def test_permission_error_while_placing(self):
+        # The privileged helper's PermissionError is no hypervisor error.
+        agent = self.make_agent()
+        self.two_guests(agent)
+        self.hv.raise_on[('move_pages', 'bad')] = PermissionError(
+            13, 'Permission denied', '/proc/77/pagemap')
+        self.clock.now += 1
+        self.assertTrue(agent.cycle())
+        self.assertEqual('failed', agent.decisions['bad'].action)
+        self.assertIn('EACCES', agent.decisions['bad'].reason)
+        self.assertEqual('moved', agent.decisions['good'].action)
+        self.assertEqual({'EACCES': 1}, agent.errors)
+        self.assertEqual('failed', agent.outcomes['bad'].action)
+        self.assertIn('Placement of bad failed, skipped this cycle '
+                      '(EACCES: [Errno 13] Permission denied',
+                      self.logger.output)
+
+    def test_a_bug_is_contained_with_its_traceback(self):
+        agent = self.make_agent()
+        self.two_guests(agent)
+        self.hv.raise_on[('set_nodeset', 'bad')] = KeyError('oops')
+        self.clock.now += 1
+        self.assertTrue(agent.cycle())
+        self.assertEqual('failed', agent.decisions['bad'].action)
+        self.assertEqual('moved', agent.decisions['good'].action)
+        self.assertEqual({'KeyError': 1}, agent.errors)
+        self.assertIn('Traceback', self.logger.output)
+
+    def test_measuring_errors_are_counted_and_logged_once(self):
+        agent = self.make_agent()
+        self.two_guests(agent)
+        self.hv.raise_on[('memory_per_node', 'bad')] = OSError(
+            5, 'Input/output error')
+        for _ in range(3):
+            self.clock.now += 1
+            self.assertTrue(agent.cycle())
+        self.assertEqual({'EIO': 3}, agent.errors)
+        self.assertEqual(1, self.logger.output.count(
+            'Measuring of bad failed, skipped this cycle'))
+        self.assertIn('good', agent.decisions)
+
+    def test_rebalance_errors_are_contained(self):
+        self.flags(group='numa_overhead_agent', rebalance_threshold=3)
+        self.hv.add('hot', {0: 8 * GIB}, vcpu_node=0,
+                    extra_specs={'numa_overhead:policy': 'local'})
+        agent = self.make_agent()
+        for _ in range(3):
+            self.busy('hot', hit=0.6, loss=0.9, ipc=0.3)
+            self.clock.now += 1
+            agent.cycle()
+        self.hv.raise_on[('move_pages', 'hot')] = PermissionError(
+            13, 'Permission denied')
+        self.assertTrue(agent.rebalance())
+        self.assertEqual({'EACCES': 1}, agent.errors)
+        self.assertIn('Rebalance of hot failed', self.logger.output)
+
+
+class TestLocks(AgentTestCase):
+    """Nothing slow happens under the agent's lock."""
+
+    def lock_free_elsewhere(self, agent) -> bool:
+        """Whether another thread can take the agent's lock right now."""
+        result = []
+
+        def probe():
+            got = agent._lock.acquire(timeout=2)
+            result.append(got)
+            if got:
+                agent._lock.release()
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        return result[0]
+
+    def test_backoff_sleep_is_outside_the_lock(self):
+        agent = self.make_agent()
+        agent.cycle()
+        free = []
+        agent.sleep = lambda seconds: free.append(
+            self.lock_free_elsewhere(agent))
+        self.hv.down = True
+        self.assertFalse(agent.cycle())
+        self.assertEqual([True], free)
+
+    def test_reports_are_handed_over_outside_the_lock(self):
+        agent = self.make_agent()
+        free = []
+        publish = self.publisher.publish
+
+        def checking_publish(report):
+            free.append(self.lock_free_elsewhere(agent))
+            return publish(report)
+        self.publisher.publish = checking_publish
+        agent.cycle()
+        agent.sync()
+        self.assertEqual([True, True], free)
+
+    def test_a_refused_report_stays_due(self):
+        agent = self.make_agent()
+        self.publisher.up = False
+        agent.cycle()
+        self.assertTrue(agent.dirty)
+        self.publisher.up = True
+        self.clock.now += 1
+        agent.cycle()
+        self.assertFalse(agent.dirty)
+        self.assertEqual(1, len(self.publisher.reports))
 
 
 class TestPlacement(AgentTestCase):
@@ -269,6 +403,38 @@ class TestPlacement(AgentTestCase):
         self.assertNotIn('big', self.hv.nodesets)
         self.assertEqual([], [m for m in self.hv.moves if m[0] == 'big'])
 
+    def place_with_spare(self, spare_mb):
+        """A 4 GiB guest Nova allows on node 0 only, where it already is;
+        node 0 has ``reserve_mb + spare_mb`` MiB free besides it.
+        """
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('other', {0: 16 * GIB - 4 * GIB - 1024 - spare_mb})
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('g', {0: 4 * GIB})
+        self.hv.guests['g'] = dataclasses.replace(self.hv.guests['g'],
+                                                  allowed_nodes=(0,))
+        self.clock.now += 1
+        agent.cycle()
+        return agent.decisions['g']
+
+    def test_room_counts_the_guest_once_fits_by_1_mib(self):
+        # Needs 4096 + 1024 MiB; node 0 holds 4096 (its own) + 1025.
+        decision = self.place_with_spare(1)
+        self.assertEqual('restricted', decision.action, decision.reason)
+        self.assertEqual((0,), self.hv.nodesets['g'])
+
+    def test_room_counts_the_guest_once_exact_fit(self):
+        decision = self.place_with_spare(0)
+        self.assertEqual('restricted', decision.action, decision.reason)
+
+    def test_room_counts_the_guest_once_misses_by_1_mib(self):
+        # 5119 MiB of room for 5120: its own 4 GiB must not count twice.
+        decision = self.place_with_spare(-1)
+        self.assertEqual('skipped', decision.action)
+        self.assertIn('room 5119 MiB', decision.reason)
+        self.assertNotIn('g', self.hv.nodesets)
+
     def test_never_moves_outside_allowed_nodes(self):
         agent = self.make_agent()
         agent.cycle()
@@ -292,6 +458,8 @@ class TestPlacement(AgentTestCase):
         self.assertEqual('planned', agent.decisions['a'].action)
         self.assertEqual({}, self.hv.nodesets)
         self.assertEqual([], self.hv.moves)
+        # Not even a record in the guest's metadata.
+        self.assertEqual({}, self.hv.recorded)
 
     def test_failed_moves_are_counted_per_errno(self):
         self.hv.move_failures = {'EBUSY': 3}
@@ -313,11 +481,151 @@ class TestPlacement(AgentTestCase):
         agent.cycle()
         self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
         agent.on_lifecycle('started', 'a')
+        self.assertTrue(agent.wait_for_events(0))
+        self.assertEqual(1, agent.handle_events())
         self.assertIn('a', agent.decisions)
         # A restart (hard reboot rewrites the XML) places it again.
         del agent.decisions['a']
         agent.on_lifecycle('started', 'a')
+        agent.handle_events()
         self.assertIn('a', agent.decisions)
+        self.assertFalse(agent.wait_for_events(0))
+        self.assertEqual(0, agent.handle_events())
+
+    def test_lifecycle_callback_only_queues(self):
+        # It runs on libvirt's event thread: no hypervisor call, no
+        # report, not even the agent's lock.
+        agent = self.make_agent()
+        agent.cycle()
+        reports = len(self.publisher.reports)
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        self.hv.down = True
+        held = threading.Event()
+        release = threading.Event()
+
+        def hold_lock():
+            with agent._lock:
+                held.set()
+                release.wait(10)
+        holder = threading.Thread(target=hold_lock)
+        holder.start()
+        self.addCleanup(holder.join)
+        self.addCleanup(release.set)
+        held.wait(10)
+        done = threading.Event()
+        caller = threading.Thread(target=lambda: (
+            agent.on_lifecycle('started', 'a'), done.set()))
+        caller.start()
+        self.assertTrue(done.wait(10))
+        release.set()
+        self.assertNotIn('a', agent.decisions)
+        self.assertEqual(reports, len(self.publisher.reports))
+        self.hv.down = False
+        agent.handle_events()
+        self.assertIn('a', agent.decisions)
+
+
+class TestNovasIntent(AgentTestCase):
+    """What Nova allowed survives agent restarts and live migrations."""
+
+    def place_one(self, agent):
+        agent.cycle()
+        # First-touched on node 0, vCPUs on node 1.
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=1)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['a']
+        self.assertIn(decision.action, ('restricted', 'moved'))
+        return decision
+
+    def test_the_guest_keeps_a_record(self):
+        agent = self.make_agent()
+        decision = self.place_one(agent)
+        recorded = self.hv.recorded['a']
+        self.assertEqual('cmp-1', recorded.host)
+        self.assertEqual(((), ()), (recorded.nova_nodes, recorded.nova_cpus))
+        self.assertEqual(tuple(sorted(decision.plan)), recorded.nodes)
+        self.assertEqual(decision.action, recorded.action)
+        self.assertTrue(recorded.outcome.startswith('ok: '))
+
+    def test_a_restarted_agent_knows_what_nova_allowed(self):
+        decision = self.place_one(self.make_agent())
+        restricted = tuple(sorted(decision.plan))
+        self.assertEqual(restricted, self.hv.nodesets['a'])
+        # A new agent run: the guest shows the old run's restriction.
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertEqual((), agent.nova_allowed['a'])
+        self.assertEqual((restricted, ()), agent.restrictions['a'])
+        domain = agent.domains['a']
+        self.assertEqual(restricted, domain.allowed_nodes)
+        self.assertEqual((), agent.as_nova_placed(domain).allowed_nodes)
+        # So it may widen the restriction again.
+        other = next(n for n in range(4) if n not in restricted)
+        widened = agent._widen(domain, other)
+        self.assertIn(other, widened.allowed_nodes)
+
+    def test_a_live_migration_gets_novas_placement_back(self):
+        agent = self.make_agent()
+        decision = self.place_one(agent)
+        self.assertNotEqual(tuple(range(4)), self.hv.nodesets['a'])
+        agent.on_lifecycle('migrating', 'a')
+        agent.handle_events()
+        self.assertEqual([('a', (), None)], self.hv.restored)
+        self.assertEqual((0, 1, 2, 3), self.hv.nodesets['a'])
+        self.assertEqual('restored', agent.outcomes['a'].action)
+        self.assertEqual(((), ()), agent.restrictions['a'])
+        self.assertEqual((), self.hv.recorded['a'].nodes)
+        # Left alone while it leaves.
+        self.assertEqual([], [g.name for g in agent.managed_guests()])
+        # It failed and resumed here: placed again.
+        del agent.decisions['a']
+        agent.on_lifecycle('resumed', 'a')
+        agent.handle_events()
+        self.assertEqual(decision.plan, agent.decisions['a'].plan)
+        self.assertEqual(['a'], [g.name for g in agent.managed_guests()])
+
+    def test_vcpu_pins_are_given_back_too(self):
+        self.flags(group='numa_overhead_agent', colocate_vcpus=True)
+        agent = self.make_agent()
+        TestColocation.crowd_node_0(self, agent)
+        moved = agent.colocate()
+        self.assertEqual(1, len(moved))
+        name = moved[0]
+        self.assertTrue(agent.restrictions[name][1])
+        agent.on_lifecycle('migrating', name)
+        agent.handle_events()
+        self.assertEqual([(name, (), ())], self.hv.restored)
+        self.assertEqual(tuple(range(32)), self.hv.pins[name])
+
+    def test_arriving_with_the_sources_restriction(self):
+        # Its XML came with the source agent's vCPU pins and numatune.
+        agent = self.make_agent()
+        agent.cycle()
+        source = hv_mod.Recorded(host='cmp-src', nova_nodes=(), nova_cpus=(),
+                                 nodes=(1,), cpus=(8, 9), action='moved',
+                                 outcome='ok', at='2026-01-01T00:00:00Z')
+        self.hv.add('m', {1: 4 * GIB}, vcpu_node=1, recorded=source)
+        self.hv.nodesets['m'] = (1,)
+        self.clock.now += 1
+        agent.on_lifecycle('started', 'm')
+        agent.handle_events()
+        self.assertEqual(('m', (), ()), self.hv.restored[0])
+        self.assertEqual(tuple(range(32)), self.hv.pins['m'])
+        self.assertEqual((), agent.nova_allowed['m'])
+        recorded = self.hv.recorded['m']
+        self.assertEqual('cmp-1', recorded.host)
+        self.assertIn('m', agent.decisions)
+
+    def test_nodes_from_another_host_are_not_novas_here(self):
+        agent = self.make_agent()
+        source = hv_mod.Recorded(host='cmp-src', nova_nodes=(0, 1))
+        self.hv.add('m', {1: 4 * GIB}, recorded=source)
+        self.hv.guests['m'] = dataclasses.replace(
+            self.hv.guests['m'], nova_nodes=(2, 3), nova_cpus=(16, 17))
+        agent.cycle()
+        self.assertEqual((2, 3), agent.nova_allowed['m'])
+        self.assertEqual((16, 17), agent.nova_cpus['m'])
 
 
 class TestRebalancing(AgentTestCase):

@@ -64,7 +64,10 @@ class TestAgentOnLibvirt(test_libvirt_driver.LibvirtDriverTestCase):
         self.hv.register_lifecycle(self.agent.on_lifecycle)
         self.agent.cycle()
         dom = self._define(memory_mb=256)
-        self._wait_for(lambda: dom.name() in self.agent.decisions)
+        # libvirt's thread queued it; the service's event thread acts.
+        self._wait_for(lambda: self.agent.wait_for_events(0))
+        self.agent.handle_events()
+        self.assertIn(dom.name(), self.agent.decisions)
         self.assertEqual('restricted',
                          self.agent.decisions[dom.name()].action)
         self.assertIn(dom.name(), self.agent.domains)
@@ -76,3 +79,22 @@ class TestAgentOnLibvirt(test_libvirt_driver.LibvirtDriverTestCase):
         dom.destroy()
         self.agent.cycle()
         self.assertNotIn(dom.name(), self.agent.domains)
+
+    def test_a_restarted_agent_knows_what_nova_allowed(self):
+        # On libvirt the restriction shows in the guest's live XML as a
+        # numatune nodeset: a new agent run must not take it for Nova's.
+        self.agent.cycle()
+        dom = self._define(memory_mb=512)
+        self.agent.cycle()
+        decision = self.agent.decisions[dom.name()]
+        self.assertEqual('restricted', decision.action, decision.reason)
+        restricted = tuple(sorted(decision.plan))
+        agent = agent_mod.Agent(self.conf, self.hv, self.publisher,
+                                'cmp-libvirt')
+        agent.cycle()
+        domain = agent.domains[dom.name()]
+        self.assertEqual(restricted, domain.nova_nodes)
+        self.assertEqual('cmp-libvirt', domain.recorded.host)
+        self.assertEqual(restricted, domain.recorded.nodes)
+        self.assertEqual((), agent.nova_allowed[dom.name()])
+        self.assertEqual((), agent.as_nova_placed(domain).allowed_nodes)

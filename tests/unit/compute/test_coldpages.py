@@ -49,6 +49,7 @@ class TestOnARealProcess(testtools.TestCase):
         self.addresses = [start + i * coldpages.PAGE_SIZE
                           for i in range(64)]
         self.missing = self.useFixture(fixtures.TempDir()).join('nobitmap')
+        self.opener = coldpages.proc_opener(self.proc.pid)
 
     def _stop(self):
         self.proc.stdin.close()
@@ -59,23 +60,23 @@ class TestOnARealProcess(testtools.TestCase):
             # This kernel (CONFIG_MEM_SOFT_DIRTY unset) cannot tell: the
             # caller must fall back to address order.
             self.assertIsNone(coldpages.mode(self.missing))
-            self.assertIsNone(coldpages.start(self.proc.pid, self.addresses,
+            self.assertIsNone(coldpages.start(self.opener, self.addresses,
                                               bitmap=self.missing))
-            self.assertIsNone(coldpages.cold(self.proc.pid, self.addresses,
+            self.assertIsNone(coldpages.cold(self.opener, self.addresses,
                                              bitmap=self.missing))
             return
-        used = coldpages.start(self.proc.pid, self.addresses,
+        used = coldpages.start(self.opener, self.addresses,
                                bitmap=self.missing)
         self.assertEqual(coldpages.SOFT_DIRTY_MODE, used)
         self.proc.stdin.write('\n')
         self.proc.stdin.flush()
         self.assertEqual('written', self.proc.stdout.readline().strip())
-        cold = coldpages.cold(self.proc.pid, self.addresses,
+        cold = coldpages.cold(self.opener, self.addresses,
                               bitmap=self.missing)
         self.assertEqual(self.addresses[32:], cold)
 
     def test_pagemap_of_a_real_process(self):
-        entries = coldpages.pagemap_entries(self.proc.pid, self.addresses)
+        entries = coldpages.pagemap_entries(self.opener, self.addresses)
         self.assertTrue(all(e & coldpages.PRESENT for e in entries))
 
 
@@ -93,14 +94,13 @@ class TestSoftDirtyBits(testtools.TestCase):
                 f.write(e.to_bytes(8, 'little'))
         page = coldpages.PAGE_SIZE
         addresses = [i * page for i in range(4)]
+        opener = coldpages.proc_opener(7, proc=tmp.path)
         self.assertEqual(coldpages.SOFT_DIRTY_MODE, coldpages.start(
-            7, addresses, proc=tmp.path, bitmap=tmp.join('x'),
-            soft_dirty=True))
+            opener, addresses, bitmap=tmp.join('x'), soft_dirty=True))
         with open(os.path.join(pid_dir, 'clear_refs')) as f:
             self.assertEqual('4', f.read())
         self.assertEqual([0, 3 * page], coldpages.cold(
-            7, addresses, proc=tmp.path, bitmap=tmp.join('x'),
-            soft_dirty=True))
+            opener, addresses, bitmap=tmp.join('x'), soft_dirty=True))
 
 
 class TestIdleTracking(testtools.TestCase):
@@ -121,8 +121,9 @@ class TestIdleTracking(testtools.TestCase):
             for e in entries:
                 f.write(e.to_bytes(8, 'little'))
         addresses = [i * page for i in range(4)]
+        opener = coldpages.proc_opener(42, proc=tmp.path)
         self.assertEqual(coldpages.IDLE, coldpages.start(
-            42, addresses, proc=tmp.path, bitmap=bitmap))
+            opener, addresses, bitmap=bitmap, frames=True))
         # The "kernel" clears the bit of frame 70: it was accessed.
         with open(bitmap, 'r+b') as f:
             f.seek(8)
@@ -130,4 +131,15 @@ class TestIdleTracking(testtools.TestCase):
             f.seek(8)
             f.write((word & ~(1 << 6)).to_bytes(8, 'little'))
         self.assertEqual([0, 2 * page], coldpages.cold(
-            42, addresses, proc=tmp.path, bitmap=bitmap))
+            opener, addresses, bitmap=bitmap, frames=True))
+
+    def test_idle_needs_frame_numbers(self):
+        # The bitmap is there, but frame numbers read as 0 without
+        # CAP_SYS_ADMIN: soft-dirty bits it is.
+        bitmap = self.useFixture(fixtures.TempDir()).join('bitmap')
+        with open(bitmap, 'wb') as f:
+            f.write(b'\0' * 8)
+        self.assertEqual(coldpages.SOFT_DIRTY_MODE, coldpages.mode(
+            bitmap, soft_dirty=True, frames=False))
+        self.assertIsNone(coldpages.mode(bitmap, soft_dirty=False,
+                                         frames=False))

@@ -20,6 +20,7 @@ removes them again.
 
 import dataclasses
 import os
+import threading
 import time
 from unittest import mock
 import uuid as uuid_mod
@@ -47,7 +48,7 @@ def _callback(event, domain_name):
     """Signature of a lifecycle callback (for autospec)."""
 
 
-def _mover(pid, moves, max_pages):
+def _mover(domain, moves, max_pages):
     """Signature of the page mover seam (for autospec)."""
 
 
@@ -205,6 +206,57 @@ class TestParsing(base.TestCase):
         self.assertEqual(({}, '', True),
                          (info.extra_specs, info.metadata_error, info.nova))
 
+    def test_novas_placement_and_the_agents_record(self):
+        xml = self._xml(nodeset='1').replace(
+            "<vcpu placement='static'>", "<vcpu placement='static' "
+            "cpuset='0-3,6'>")
+        info = libvirt_driver.parse_domain(xml)
+        self.assertEqual((1,), info.nova_nodes)
+        self.assertEqual((0, 1, 2, 3, 6), info.nova_cpus)
+        self.assertIsNone(info.recorded)
+        recorded = hypervisor.Recorded(
+            host='cmp-1', nova_nodes=(), nova_cpus=(0, 1, 2, 3, 6),
+            nodes=(1,), cpus=(), action='moved', outcome='ok: <1 MiB> & "x"',
+            at='2026-11-23T15:00:00Z')
+        element = libvirt_driver.format_recorded(recorded)
+        xml = xml.replace('</metadata>', element.replace(
+            '<agent ', '<numa-overhead:agent xmlns:numa-overhead="%s" '
+            % libvirt_driver.AGENT_NS, 1).replace(
+            '</agent>', '</numa-overhead:agent>').replace(
+            '<nova ', '<numa-overhead:nova ').replace(
+            '<restriction ', '<numa-overhead:restriction ').replace(
+            '<last ', '<numa-overhead:last ') + '</metadata>')
+        self.assertEqual(recorded, libvirt_driver.parse_domain(xml).recorded)
+        broken = xml.replace('nodes="1"', 'nodes="x"')
+        info = libvirt_driver.parse_domain(broken)
+        self.assertIsNone(info.recorded)
+        self.assertEqual('', info.metadata_error)
+
+    def test_event_names(self):
+        name = libvirt_driver.LibvirtHypervisor.event_name
+        cases = [
+            ((libvirt.VIR_DOMAIN_EVENT_STARTED,
+              libvirt.VIR_DOMAIN_EVENT_STARTED_BOOTED), 'started'),
+            ((libvirt.VIR_DOMAIN_EVENT_STARTED,
+              libvirt.VIR_DOMAIN_EVENT_STARTED_MIGRATED), 'started'),
+            ((libvirt.VIR_DOMAIN_EVENT_RESUMED,
+              libvirt.VIR_DOMAIN_EVENT_RESUMED_MIGRATED), 'resumed'),
+            ((libvirt.VIR_DOMAIN_EVENT_RESUMED,
+              libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY), 'resumed'),
+            ((libvirt.VIR_DOMAIN_EVENT_RESUMED,
+              libvirt.VIR_DOMAIN_EVENT_RESUMED_UNPAUSED), None),
+            ((libvirt.VIR_DOMAIN_EVENT_SUSPENDED,
+              libvirt.VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED), 'migrating'),
+            ((libvirt.VIR_DOMAIN_EVENT_SUSPENDED,
+              libvirt.VIR_DOMAIN_EVENT_SUSPENDED_PAUSED), None),
+            ((libvirt.VIR_DOMAIN_EVENT_STOPPED,
+              libvirt.VIR_DOMAIN_EVENT_STOPPED_MIGRATED), 'stopped'),
+            ((libvirt.VIR_DOMAIN_EVENT_CRASHED, 0), 'stopped'),
+            ((libvirt.VIR_DOMAIN_EVENT_DEFINED, 0), None),
+        ]
+        for (event, detail), expected in cases:
+            self.assertEqual(expected, name(event, detail), (event, detail))
+
     def test_pid_dir_from_uri(self):
         derive = libvirt_driver.LibvirtHypervisor._derive_pid_dir
         self.assertEqual('/run/libvirt/qemu', derive('qemu:///system'))
@@ -299,15 +351,92 @@ class TestDomains(LibvirtDriverTestCase):
 
 class TestActions(LibvirtDriverTestCase):
 
-    def test_set_nodeset(self):
+    def test_set_nodeset_without_pid(self):
+        # No QEMU pid (remote URI, test driver): libvirt's live numatune,
+        # which on a guest without numatune works once and leaves it
+        # strict; real libvirt >= 8.0 then refuses every later change (the
+        # test driver does not: tests/numa checks the real one).
         dom = self._define()
         info = self._info(dom)
         self.hv.set_nodeset(info, [1, 0])
         self.assertEqual({'numa_mode': libvirt.VIR_DOMAIN_NUMATUNE_MEM_STRICT,
                           'numa_nodeset': '0-1'}, dom.numaParameters())
+        self.assertEqual((0, 1), self._info(dom).allowed_nodes)
         self.hv.set_nodeset(info, {1})
         self.assertEqual('1', dom.numaParameters()['numa_nodeset'])
-        self.assertEqual((1,), self._info(dom).allowed_nodes)
+
+    def test_set_nodeset_restrictive_numatune(self):
+        dom = self._define(nodeset='0-1', nodeset_mode='restrictive')
+        info = self._info(dom)
+        self.hv.set_nodeset(info, [1])
+        self.hv.set_nodeset(info, [0])
+        self.assertEqual('0', dom.numaParameters()['numa_nodeset'])
+
+    def test_set_nodeset_through_cgroups(self):
+        # A Nova floating guest (no numatune) with a local QEMU pid: its
+        # cpuset cgroups, as often as needed; its XML does not change.
+        calls = []
+        hv = self._cgroup_driver(calls.append)
+        dom = self._define()
+        info = self._info_of(hv, dom)
+        self.assertEqual(os.getpid(), info.pid)
+        hv.set_nodeset(info, {1})
+        hv.set_nodeset(info, [1, 0])
+        identity = (info.name, info.uuid)
+        self.assertEqual([(identity, [1]), (identity, [0, 1])], calls)
+        self.assertEqual('', dom.numaParameters()['numa_nodeset'])
+
+    def test_set_nodeset_strict_numatune_is_refused(self):
+        calls = []
+        hv = self._cgroup_driver(calls.append)
+        dom = self._define(nodeset='0-1')
+        error = self.assertRaises(hypervisor.HypervisorError,
+                                  hv.set_nodeset, self._info_of(hv, dom), [1])
+        self.assertIn("numatune mode is 'strict'", str(error))
+        self.assertEqual([], calls)
+
+    def test_set_nodeset_cgroup_failures(self):
+        errors = [OSError(13, 'cannot write 1 to .../cpuset.mems: denied'),
+                  hypervisor.DomainGone('QEMU of x (pid 1) exited')]
+
+        def refuse(call):
+            raise errors.pop(0)
+
+        hv = self._cgroup_driver(refuse)
+        dom = self._define()
+        info = self._info_of(hv, dom)
+        error = self.assertRaises(hypervisor.HypervisorError,
+                                  hv.set_nodeset, info, [1])
+        self.assertIn('through its cgroups: [Errno 13] cannot write',
+                      str(error))
+        self.assertRaises(hypervisor.DomainGone, hv.set_nodeset, info, [1])
+
+    def test_cgroup_restriction_shows_in_allowed_nodes(self):
+        hv = self._cgroup_driver(lambda call: None)
+        dom = self._define()
+        self.useFixture(fixtures.MockPatch(
+            'nova_numa_overhead.compute.cgroups.memory_nodes',
+            autospec=True, side_effect=[(1,), (0, 1), ()]))
+        self.assertEqual((1,), self._info_of(hv, dom).allowed_nodes)
+        # All nodes, or no restriction at all: every node.
+        self.assertEqual((), self._info_of(hv, dom).allowed_nodes)
+        self.assertEqual((), self._info_of(hv, dom).allowed_nodes)
+
+    def _cgroup_driver(self, record):
+        pid_dir = self.useFixture(fixtures.TempDir()).path
+        hv = libvirt_driver.LibvirtHypervisor(
+            URI, pid_dir=pid_dir,
+            memory_nodes=lambda identity, nodes: record((identity, nodes)))
+        self.addCleanup(hv.close)
+        self._pid_dir = pid_dir
+        return hv
+
+    def _info_of(self, hv, dom):
+        with open(os.path.join(self._pid_dir, dom.name() + '.pid'), 'w') as f:
+            f.write('%d\n' % os.getpid())
+        found = [d for d in hv.domains() if d.name == dom.name()]
+        self.assertEqual(1, len(found), found)
+        return found[0]
 
     def test_set_nodeset_refusals(self):
         dom = self._define()
@@ -398,14 +527,44 @@ class TestActions(LibvirtDriverTestCase):
         mover = mock.create_autospec(_mover, return_value=result)
         hv = libvirt_driver.LibvirtHypervisor(URI, mover=mover)
         self.addCleanup(hv.close)
-        self.assertRaises(hypervisor.HypervisorError,
-                          hv.move_pages, info, [(0, 1, 4)], 64)
-        with_pid = dataclasses.replace(info, pid=77)
-        self.assertIs(result, hv.move_pages(with_pid, [(0, 1, 4)], 64))
-        mover.assert_called_once_with(77, [(0, 1, 4)], 64)
-        pinned = dataclasses.replace(with_pid, pinned=True)
+        # The domain's identity, never a pid: the helper finds QEMU.
+        self.assertIs(result, hv.move_pages(info, [(0, 1, 4)], 64))
+        mover.assert_called_once_with((info.name, info.uuid), [(0, 1, 4)],
+                                      64)
+        pinned = dataclasses.replace(info, pinned=True)
         self.assertRaises(hypervisor.HypervisorError,
                           hv.move_pages, pinned, [(0, 1, 4)], 64)
+
+
+class TestRecord(LibvirtDriverTestCase):
+
+    def test_live_metadata_round_trip(self):
+        dom = self._define()
+        info = self._info(dom)
+        recorded = hypervisor.Recorded(
+            host='cmp-1', nova_nodes=(), nova_cpus=(), nodes=(1,),
+            cpus=(8, 9), action='restricted', outcome='ok: policy spread',
+            at='2026-11-23T15:00:00Z')
+        self.hv.record(info, recorded)
+        self.assertEqual(recorded, self._info(dom).recorded)
+        # Live only: Nova's persistent definition is left alone.
+        self.assertNotIn(libvirt_driver.AGENT_NS,
+                         dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+        later = dataclasses.replace(recorded, nodes=(0, 1), action='moved')
+        self.hv.record(info, later)
+        self.assertEqual(later, self._info(dom).recorded)
+        # The guest keeps Nova's own metadata.
+        self.assertTrue(self._info(dom).nova)
+
+    def test_restore(self):
+        dom = self._define()
+        info = self._info(dom)
+        self.hv.set_nodeset(info, [1])
+        self.hv.pin_vcpus(info, [8, 9])
+        self.hv.restore(self._info(dom), nodes=(), cpus=())
+        self.assertEqual('0-1', dom.numaParameters()['numa_nodeset'])
+        for cpumap in dom.vcpuPinInfo(0):
+            self.assertTrue(all(cpumap), cpumap)
 
 
 class TestMemoryPerNode(LibvirtDriverTestCase):
@@ -482,6 +641,24 @@ class TestLifecycle(LibvirtDriverTestCase):
         dom = self._define()
         self._wait_for(lambda: ('started', dom.name()) in events)
 
+    def test_migration_iteration(self):
+        events = []
+        self.hv.register_lifecycle(lambda e, n: events.append((e, n)))
+        dom = self._define()
+        # The test driver does not migrate: libvirt's callbacks, called
+        # as libvirt calls them.
+        for iteration in (1, 2, 3):
+            self.hv._on_migration_iteration(self.conn, dom, iteration, None)
+        self.hv._on_lifecycle(self.conn, dom,
+                              libvirt.VIR_DOMAIN_EVENT_SUSPENDED,
+                              libvirt.VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED,
+                              None)
+        self.assertEqual([('migrating', dom.name())] * 2,
+                         [e for e in events if e[1] == dom.name() and
+                          e[0] == 'migrating'])
+        # Both callbacks are registered on the connection.
+        self.assertEqual(2, len(self.hv._callback_ids))
+
     def test_reregistered_after_reconnect(self):
         events = []
         self.hv.register_lifecycle(lambda e, n: events.append((e, n)))
@@ -528,6 +705,31 @@ class TestErrors(LibvirtDriverTestCase):
         self._tick(1)
         self.assertEqual([2, 4], self.hv.free_memory_mb())
         self.sleep.assert_not_called()
+
+    def test_reconnect_waits_without_holding_the_lock(self):
+        self.hv._conn.close()
+        self.assertRaises(hypervisor.HypervisorUnavailable,
+                          self.hv.free_memory_mb)
+        seen = []
+
+        def other_call():
+            try:
+                self.hv.free_memory_mb()
+                seen.append('answered')
+            except hypervisor.HypervisorUnavailable:
+                seen.append('failed fast')
+
+        def sleep(seconds):
+            # Another thread's call meanwhile must not wait for this one.
+            thread = threading.Thread(target=other_call)
+            thread.start()
+            thread.join(5)
+            seen.append('blocked' if thread.is_alive() else 'done')
+            self._tick(seconds)
+        self.hv._sleep = sleep
+        self.hv.reconnect()
+        self.assertEqual(['failed fast', 'done'], seen)
+        self.assertEqual([2, 4], self.hv.free_memory_mb())
 
     def test_rpc_error_then_reconnect(self):
         dom = self._define()

@@ -10,10 +10,12 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import errno
 import os
 import subprocess
 import sys
 
+import fixtures
 import testtools
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
@@ -61,6 +63,9 @@ class TestPageMoverOnARealProcess(testtools.TestCase):
                                      stdout=subprocess.PIPE, text=True)
         self.addCleanup(self._stop)
         self.assertEqual('ready', self.proc.stdout.readline().strip())
+        # Helpers of this test's own take the pid where the privileged
+        # helper takes (name, uuid).
+        self.domain = (self.proc.pid,)
         self.tracked = []
         self.mover = pages.PageMover(
             read_maps=read_maps,
@@ -74,46 +79,96 @@ class TestPageMoverOnARealProcess(testtools.TestCase):
         self.proc.wait(timeout=10)
 
     def test_guest_ram_is_found(self):
-        ranges = self.mover.ranges(self.proc.pid)
+        ranges = self.mover.ranges(self.domain)
         self.assertTrue(ranges)
         self.assertGreaterEqual(ranges[0].resident_bytes, 96 * pages.MIB)
 
     def test_moves_the_asked_amount_from_the_source_node(self):
-        result = self.mover(self.proc.pid, [(0, 0, 8)], None)
+        result = self.mover(self.domain, [(0, 0, 8)], None)
         self.assertEqual(8 * pages.MIB // pages.PAGE_SIZE, result.requested)
         self.assertEqual(result.requested, result.moved)
         self.assertEqual({}, result.failed)
 
     def test_cold_pages_are_picked_first(self):
-        ranges = self.mover.ranges(self.proc.pid)
+        ranges = self.mover.ranges(self.domain)
         first = ranges[0].start
         page = pages.PAGE_SIZE
         cold = [first + 5 * page, first + 9 * page]
         self.mover.cold_pages = lambda pid, a: [x for x in cold if x in a]
-        picked = self.mover.pick(self.proc.pid, ranges, 0, 4)
+        picked = self.mover.pick(self.domain, ranges, 0, 4)
         self.assertEqual(cold + [first, first + page], picked)
 
     def test_tracking_restarts_after_a_move(self):
-        self.mover(self.proc.pid, [(0, 0, 1)], None)
+        self.mover(self.domain, [(0, 0, 1)], None)
         self.assertGreaterEqual(sum(self.tracked), 96 * 256)
 
     def test_page_budget_bounds_the_move(self):
-        result = self.mover(self.proc.pid, [(0, 0, 64)], 100)
+        result = self.mover(self.domain, [(0, 0, 64)], 100)
         self.assertEqual(100, result.requested)
 
     def test_invalid_target_node_is_counted_not_raised(self):
-        result = self.mover(self.proc.pid, [(0, 4095, 1)], None)
+        result = self.mover(self.domain, [(0, 4095, 1)], None)
         self.assertEqual(0, result.moved)
         self.assertEqual({'ENODEV': 1 * pages.MIB // pages.PAGE_SIZE},
                          result.failed)
 
     def test_nothing_on_the_source_node(self):
-        result = self.mover(self.proc.pid, [(3, 0, 8)], None)
+        result = self.mover(self.domain, [(3, 0, 8)], None)
         self.assertEqual(0, result.requested)
 
     def test_gone_process(self):
         self._stop()
         self.addCleanup(lambda: None)
-        self.assertRaises(hv_mod.DomainGone, self.mover, self.proc.pid,
+        self.assertRaises(hv_mod.DomainGone, self.mover, self.domain,
                           [(0, 0, 1)], None)
         self.assertFalse(os.path.exists('/proc/%d/maps' % self.proc.pid))
+
+
+class TestHelperFailures(testtools.TestCase):
+    """What the helper's failures become for the agent."""
+
+    def setUp(self):
+        super().setUp()
+        self.logger = self.useFixture(fixtures.FakeLogger(level='DEBUG'))
+        guest = subprocess.Popen([sys.executable, '-c', GUEST],
+                                 stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        self.assertEqual('ready', guest.stdout.readline().strip())
+        maps = read_maps(guest.pid)
+        guest.communicate('')
+        self.mover = pages.PageMover(
+            read_maps=lambda name: maps,
+            page_nodes=lambda name, a: [0] * len(a),
+            move_pages=self.move_pages, cold_pages=lambda name, a: None,
+            track_pages=lambda name, a: {'mode': None, 'error': 'clear_refs:'
+                                         ' Permission denied (EACCES)'})
+        self.failure = None
+
+    def move_pages(self, name, addresses, node, batch):
+        if self.failure is not None:
+            raise self.failure
+        return {'requested': len(addresses), 'moved': len(addresses),
+                'failed': {}}
+
+    def test_qemu_exit_mid_move_is_domain_gone(self):
+        # The helper re-raises move_pages(2)'s ESRCH as a MoveError.
+        self.failure = mover.MoveError(errno.ESRCH, 'no such process')
+        self.assertRaises(hv_mod.DomainGone, self.mover, ('g',),
+                          [(0, 1, 1)], None)
+
+    def test_permission_error_is_a_hypervisor_error(self):
+        self.failure = PermissionError(errno.EACCES, 'Permission denied',
+                                       'pagemap')
+        exc = self.assertRaises(hv_mod.HypervisorError, self.mover, ('g',),
+                                [(0, 1, 1)], None)
+        self.assertNotIsInstance(exc, hv_mod.DomainGone)
+        self.assertIn('Permission denied', str(exc))
+
+    def test_no_cold_page_tracking_warns_once_then_address_order(self):
+        for _ in range(3):
+            result = self.mover(('g',), [(0, 1, 1)], None)
+            self.assertEqual(256 * 4096 // pages.PAGE_SIZE, result.moved)
+        self.assertEqual(1, self.logger.output.count(
+            'Cold-page tracking is not available (clear_refs: Permission '
+            'denied (EACCES)): pages move in address order'))
+        self.assertIsNone(self.mover.cold_pages)

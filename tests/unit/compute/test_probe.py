@@ -383,7 +383,9 @@ class TestChild(base.TestCase):
     def test_result(self):
         self.reader.recv.return_value = ('ok', 12.5, 9000.0)
         self.assertEqual((12.5, 9000.0), probe.run_cell(0, 1, [0], 16, 1))
-        self.get_context.assert_called_once_with('spawn')
+        self.get_context.assert_called_once_with('forkserver')
+        self.ctx.set_forkserver_preload.assert_called_once_with(
+            [probe.__name__, 'numpy'])
         self.proc.start.assert_called_once_with()
         self.proc.join.assert_called_once_with()
 

@@ -10,6 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import importlib
 import os
 import subprocess
 import sys
@@ -73,3 +74,35 @@ class TestSampleConfig(base.TestCase):
         with open(SAMPLE) as f:
             self.assertEqual(generated, f.read(),
                              'sample config is stale: run tox -e genconfig')
+
+
+class TestPrivilegedOptions(base.TestCase):
+
+    def test_listed_like_oslo_privsep_registers_them(self):
+        from oslo_privsep import priv_context
+
+        from nova_numa_overhead.compute import privsep
+        from nova_numa_overhead.conf import privileged
+        ours = {o.name: o for o in privileged.OPTS}
+        theirs = {o.name: o for o in priv_context.OPTS}
+        self.assertEqual(sorted(theirs), sorted(ours))
+        for name, opt in theirs.items():
+            self.assertEqual(type(opt.type).__name__ == 'List',
+                             type(ours[name].type).__name__ == 'List',
+                             name)
+        self.assertEqual('numa_overhead_privileged',
+                         privsep.numa_overhead_pctxt.cfg_section)
+        # The context sets its capabilities as the option's default when
+        # it is created; other tests' config fixtures may have reset it.
+        importlib.reload(privsep)
+        from oslo_privsep import capabilities
+        # The context's list (a Config fixture's cleanup elsewhere can drop
+        # the default it set in cfg.CONF).
+        self.assertEqual(
+            sorted(capabilities.CAPS_BYNAME[c]
+                   for c in privileged.CAPABILITIES),
+            sorted(privsep.CAPABILITIES))
+
+    def test_in_the_sample(self):
+        with open(SAMPLE) as f:
+            self.assertIn('[numa_overhead_privileged]', f.read())

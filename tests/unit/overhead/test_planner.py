@@ -10,10 +10,15 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import dataclasses
+
+from hypothesis import given
+from hypothesis import strategies as st
 import testtools
 
 from nova_numa_overhead.overhead import estimator
 from nova_numa_overhead.overhead import planner
+from tests import base
 
 GIB = 1024
 
@@ -211,3 +216,68 @@ class TestOtherPolicies(testtools.TestCase):
         self.assertRaises(ValueError, planner.plan, v, GIB, 'nope')
         self.assertRaises(ValueError, planner.plan, v, GIB, max_nodes=0)
         self.assertRaises(ValueError, planner.plan, v, 0)
+
+
+@st.composite
+def host_views(draw):
+    """Any host the planner may see: 1 to 8 nodes, levels, free memory."""
+    n = draw(st.integers(1, 8))
+    nodes = st.lists(st.integers(0, 12), min_size=n, max_size=n)
+    return planner.HostView(
+        free_mb=draw(st.lists(st.sampled_from(
+            [0, 300, 2048, 6000, 30000, 65536]), min_size=n, max_size=n)),
+        total_mb=[65536] * n,
+        guests=draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)),
+        overhead=draw(st.lists(nodes, min_size=n, max_size=n)),
+        distances=[list(r) for r in estimator.Topology.uniform(n).distances],
+        local_nodes=tuple(draw(st.sets(st.integers(0, n - 1), min_size=1))))
+
+
+class TestBuckets(testtools.TestCase):
+
+    def test_bucket_index(self):
+        self.assertEqual(256, planner.BUCKETS[planner.bucket_index(1)])
+        self.assertEqual(2048, planner.BUCKETS[planner.bucket_index(2048)])
+        self.assertEqual(3072, planner.BUCKETS[planner.bucket_index(2049)])
+        self.assertEqual(len(planner.BUCKETS) - 1,
+                         planner.bucket_index(10 ** 12))
+
+    @base.fuzz(60)
+    @given(host_views(), st.sampled_from(planner.POLICIES),
+           st.integers(1, 8))
+    def test_plan_buckets_is_plan_per_bucket(self, v, policy, max_nodes):
+        planned = planner.plan_buckets(v, policy, max_nodes)
+        fresh = dataclasses.replace(v)
+        for k, mb in enumerate(planner.BUCKETS):
+            plan = planner.plan(fresh, mb, policy, max_nodes)
+            if k < len(planned):
+                self.assertEqual(plan.overhead, planned[k])
+            else:
+                self.assertIsNone(plan)
+                break
+
+    @base.fuzz(60)
+    @given(host_views(), st.sampled_from(planner.BUCKETS[:20]),
+           st.sampled_from(planner.POLICIES), st.integers(1, 8))
+    def test_best_local_node_is_the_best_of_all(self, v, mb, policy,
+                                                max_nodes):
+        # plan() stops trying local nodes once none can beat the best:
+        # the result is still the best plan of every local node.
+        plans = [planner.plan(dataclasses.replace(v), mb, policy, max_nodes,
+                              local=node) for node in v.local_nodes]
+        plans = [p for p in plans if p is not None]
+        best = min(plans, key=lambda p: planner._rank(v, p), default=None)
+        self.assertEqual(best, planner.plan(v, mb, policy, max_nodes))
+
+    def test_a_changed_view_plans_afresh(self):
+        # What the planner keeps per view (candidate order, step groups)
+        # must not follow the view into a copy with other free memory.
+        v = view([0, 1, 4, 4])
+        self.assertEqual([0], planner.plan(v, 2 * GIB, local=0).nodes)
+        free = [0, 0, 64 * GIB, 64 * GIB]
+        changed = dataclasses.replace(v, free_mb=free)
+        self.assertEqual([2, 3], planner.plan(changed, 8 * GIB,
+                                              local=0).nodes)
+        self.assertEqual(planner.plan(view([0, 1, 4, 4], free=free),
+                                      8 * GIB, local=0),
+                         planner.plan(changed, 8 * GIB, local=0))

@@ -1,0 +1,213 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""A guest's memory nodes through its cpuset cgroups (``cpuset.mems``).
+
+libvirt changes a running domain's memory nodeset only in numatune
+``mode='restrictive'``; Nova writes no numatune for a floating guest, and on
+such a domain (libvirt 9.0, kernel 6.1, cgroup v2) the first live change
+succeeds and turns the live XML into ``mode='strict'``, after which every
+change is refused. Writing ``cpuset.mems`` of the cgroups libvirt made for
+the guest's threads restricts it as often as needed: libvirt neither
+notices nor reverts it (not even across a libvirtd restart), and on cgroup
+v2 the kernel migrates the pages that lie outside the new nodes during the
+write (cgroup v1: when ``cpuset.memory_migrate`` is 1, which libvirt sets).
+The domain XML does not change, so nothing of it travels with a live
+migration: the agent applies it again on the destination's "started" event.
+
+libvirt puts a QEMU process's threads in sub-cgroups of the machine scope:
+``<scope>/emulator``, ``<scope>/vcpuN``, ``<scope>/iothreadN`` (with
+systemd one level lower, under ``<scope>/libvirt/``). Every one of them
+gets the nodes: the emulator cgroup holds the main thread (which owns the
+memory map, so its write migrates the pages), the others the threads whose
+future page faults must stay on the nodes. A process in any other cgroup
+gets its own cgroup written.
+
+Writing needs write access to the cgroup files (root owns them): the agent
+does it through its privsep helper for cgroups
+(:func:`nova_numa_overhead.compute.privsep.set_memory_nodes`, which runs as
+root). Reading is allowed to everyone.
+"""
+
+import os
+import re
+
+ROOT = '/sys/fs/cgroup'
+# libvirt's per-thread sub-cgroups of a guest.
+THREAD_CGROUP_RE = re.compile(r'^(?:emulator|vcpu\d+|iothread\d+)$')
+
+
+class CgroupError(OSError):
+    """The cpuset cgroups of a process cannot be read or written."""
+
+
+def parse_mems(text: str) -> tuple:
+    """A cpuset list ('0-2,5') as sorted node ids; '' is ()."""
+    nodes = set()
+    for part in text.strip().split(','):
+        part = part.strip()
+        if not part:
+            continue
+        first, sep, last = part.partition('-')
+        try:
+            lo, hi = int(first), int(last) if sep else int(first)
+        except ValueError:
+            raise ValueError('bad cpuset list %r' % text)
+        if lo < 0 or hi < lo:
+            raise ValueError('bad cpuset list %r' % text)
+        nodes.update(range(lo, hi + 1))
+    return tuple(sorted(nodes))
+
+
+def format_mems(nodes) -> str:
+    """Node ids as the comma-separated list cpuset.mems takes."""
+    return ','.join(str(n) for n in sorted(set(nodes)))
+
+
+def cpuset_dir(cgroup_text: str, root: str = ROOT) -> tuple[str, int]:
+    """The cpuset cgroup directory of ``/proc/<pid>/cgroup`` text.
+
+    :returns: (directory, cgroup version 1 or 2).
+    :raises CgroupError: no cpuset controller is listed.
+    """
+    v2 = None
+    for line in cgroup_text.splitlines():
+        parts = line.split(':', 2)
+        if len(parts) != 3:
+            continue
+        hier, controllers, path = parts
+        if 'cpuset' in controllers.split(','):
+            return os.path.join(root, 'cpuset', path.lstrip('/')), 1
+        if hier == '0' and controllers == '':
+            v2 = os.path.join(root, path.lstrip('/'))
+    if v2 is None:
+        raise CgroupError('no cpuset cgroup in %r' % cgroup_text.strip())
+    return v2, 2
+
+
+def thread_cgroups(directory: str) -> list[str]:
+    """The cgroups of a guest's threads, given the one of its main thread.
+
+    The libvirt sub-cgroups next to ``directory`` (emulator first) when it
+    is one of them, else ``directory`` alone.
+    """
+    directory = os.path.normpath(directory)
+    if not THREAD_CGROUP_RE.match(os.path.basename(directory)):
+        return [directory]
+    parent = os.path.dirname(directory)
+    try:
+        names = sorted(n for n in os.listdir(parent)
+                       if THREAD_CGROUP_RE.match(n) and
+                       os.path.isdir(os.path.join(parent, n)))
+    except OSError as e:
+        raise CgroupError(e.errno, 'cannot list %s: %s'
+                          % (parent, e.strerror))
+    names.sort(key=lambda n: n != 'emulator')
+    return [os.path.join(parent, n) for n in names]
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise CgroupError(e.errno, 'cannot read %s: %s' % (path, e.strerror))
+
+
+def process_cpuset(pid: int, proc: str = '/proc',
+                   root: str = ROOT) -> tuple[str, int]:
+    """(cpuset cgroup directory, cgroup version) of process ``pid``."""
+    text = _read(os.path.join(proc, str(int(pid)), 'cgroup'))
+    return cpuset_dir(text, root)
+
+
+def memory_nodes(pid: int, proc: str = '/proc',
+                 root: str = ROOT) -> tuple:
+    """The nodes the cgroup of ``pid`` restricts it to; () if none.
+
+    () when ``cpuset.mems`` is empty (the parent's nodes apply) or when the
+    process has no cpuset cgroup. Raises CgroupError when the process is
+    gone.
+    """
+    try:
+        directory, _version = process_cpuset(pid, proc, root)
+    except CgroupError:
+        if not os.path.exists(os.path.join(proc, str(int(pid)))):
+            raise
+        return ()
+    try:
+        return parse_mems(_read(os.path.join(directory, 'cpuset.mems')))
+    except CgroupError:
+        return ()
+
+
+def set_memory_nodes(pid: int, nodes, proc: str = '/proc',
+                     root: str = ROOT) -> list[str]:
+    """Restrict ``pid``'s threads to memory ``nodes`` through cpuset.mems.
+
+    Writes every thread cgroup of the guest (see :func:`thread_cgroups`),
+    then checks that each one's effective nodes are ``nodes``: a parent
+    cgroup that does not allow them all (Nova's or libvirt's own
+    restriction) makes it fail rather than silently use fewer nodes.
+
+    :returns: the cgroup directories written.
+    :raises CgroupError: with the cgroup and the kernel's reason.
+    """
+    cgroup_text = _read(os.path.join(proc, str(int(pid)), 'cgroup'))
+    return set_cgroup_mems(cgroup_text, nodes, root)
+
+
+def set_cgroup_mems(cgroup_text: str, nodes, root: str = ROOT) -> list:
+    """:func:`set_memory_nodes` for the process whose ``/proc/<pid>/cgroup``
+    reads ``cgroup_text`` (read by the caller through a held process).
+    """
+    nodes = tuple(sorted(set(int(n) for n in nodes)))
+    if not nodes or nodes[0] < 0:
+        raise ValueError('nodes must be non-negative ids, not %r'
+                         % (nodes,))
+    directory, version = cpuset_dir(cgroup_text, root)
+    if not os.path.normpath(directory).startswith(
+            os.path.normpath(root) + os.sep):
+        raise CgroupError('cgroup %s is not below %s' % (directory, root))
+    written = []
+    value = format_mems(nodes)
+    for cgroup in thread_cgroups(directory):
+        if version == 1:
+            _enable_v1_migration(cgroup)
+        path = os.path.join(cgroup, 'cpuset.mems')
+        try:
+            with open(path, 'w') as f:
+                f.write(value)
+        except OSError as e:
+            raise CgroupError(e.errno, 'cannot write %s to %s: %s'
+                              % (value, path, e.strerror))
+        written.append(cgroup)
+        effective = os.path.join(cgroup, 'cpuset.mems.effective')
+        if os.path.exists(effective):
+            got = parse_mems(_read(effective))
+            if got != nodes:
+                raise CgroupError('%s allows nodes %s, not %s: a parent '
+                                  'cgroup restricts them'
+                                  % (cgroup, format_mems(got) or '-',
+                                     value))
+    return written
+
+
+def _enable_v1_migration(cgroup: str) -> None:
+    """cgroup v1 moves pages on a cpuset.mems change only if told to."""
+    path = os.path.join(cgroup, 'cpuset.memory_migrate')
+    if os.path.exists(path) and _read(path).strip() != '1':
+        try:
+            with open(path, 'w') as f:
+                f.write('1')
+        except OSError as e:
+            raise CgroupError(e.errno, 'cannot write %s: %s'
+                              % (path, e.strerror))

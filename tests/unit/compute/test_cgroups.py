@@ -1,0 +1,141 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""cpuset.mems of a guest's cgroups, on a cgroupfs made of plain files.
+
+The kernel's side (pages moving, effective nodes) is in tests/numa.
+"""
+
+import os
+
+import fixtures
+import testtools
+
+from nova_numa_overhead.compute import cgroups
+
+SCOPE = 'machine/qemu-1-instance-1.libvirt-qemu'
+
+
+class CgroupFsTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        top = self.useFixture(fixtures.TempDir()).path
+        self.proc = os.path.join(top, 'proc')
+        self.root = os.path.join(top, 'cgroup')
+
+    def process(self, pid, cgroup_text):
+        os.makedirs(os.path.join(self.proc, str(pid)))
+        with open(os.path.join(self.proc, str(pid), 'cgroup'), 'w') as f:
+            f.write(cgroup_text)
+
+    def cgroup(self, path, mems='', effective=None):
+        directory = os.path.join(self.root, path)
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, 'cpuset.mems'), 'w') as f:
+            f.write(mems + '\n')
+        if effective is not None:
+            with open(os.path.join(directory,
+                                   'cpuset.mems.effective'), 'w') as f:
+                f.write(effective + '\n')
+        return directory
+
+    def read(self, path, name='cpuset.mems'):
+        with open(os.path.join(self.root, path, name)) as f:
+            return f.read().strip()
+
+
+class TestParsing(testtools.TestCase):
+
+    def test_mems(self):
+        self.assertEqual((), cgroups.parse_mems('\n'))
+        self.assertEqual((0, 1, 2, 5), cgroups.parse_mems('0-2,5\n'))
+        self.assertEqual('1,3', cgroups.format_mems([3, 1, 3]))
+        for bad in ('x', '3-1', '-1'):
+            self.assertRaises(ValueError, cgroups.parse_mems, bad)
+
+    def test_cpuset_dir(self):
+        self.assertEqual(('/sys/fs/cgroup/%s/emulator' % SCOPE, 2),
+                         cgroups.cpuset_dir('0::/%s/emulator\n' % SCOPE))
+        v1 = ('12:memory:/machine\n'
+              '5:cpuset,cpu:/machine/qemu.scope/emulator\n'
+              '0::/init.scope\n')
+        self.assertEqual(
+            ('/sys/fs/cgroup/cpuset/machine/qemu.scope/emulator', 1),
+            cgroups.cpuset_dir(v1))
+        self.assertRaises(cgroups.CgroupError, cgroups.cpuset_dir,
+                          '3:memory:/x\n')
+
+
+class TestSetMemoryNodes(CgroupFsTestCase):
+
+    def test_every_thread_cgroup_of_a_guest(self):
+        self.process(42, '0::/%s/emulator\n' % SCOPE)
+        for name in ('vcpu1', 'emulator', 'vcpu0', 'iothread1'):
+            self.cgroup('%s/%s' % (SCOPE, name), effective='1-2')
+        # Not a thread cgroup of libvirt's: left alone.
+        self.cgroup('%s/other' % SCOPE, mems='0')
+        written = cgroups.set_memory_nodes(42, [2, 1], proc=self.proc,
+                                           root=self.root)
+        self.assertEqual(['emulator', 'iothread1', 'vcpu0', 'vcpu1'],
+                         [os.path.basename(d) for d in written])
+        for name in ('emulator', 'iothread1', 'vcpu0', 'vcpu1'):
+            self.assertEqual('1,2', self.read('%s/%s' % (SCOPE, name)))
+        self.assertEqual('0', self.read('%s/other' % SCOPE))
+        self.assertEqual((1, 2), cgroups.memory_nodes(
+            42, proc=self.proc, root=self.root))
+
+    def test_a_plain_process_gets_its_own_cgroup(self):
+        self.process(7, '0::/test/helper\n')
+        self.cgroup('test/helper')
+        self.cgroup('test/vcpu0', mems='3')
+        cgroups.set_memory_nodes(7, [0], proc=self.proc, root=self.root)
+        self.assertEqual('0', self.read('test/helper'))
+        self.assertEqual('3', self.read('test/vcpu0'))
+
+    def test_parent_restriction_is_an_error(self):
+        self.process(42, '0::/%s/emulator\n' % SCOPE)
+        self.cgroup('%s/emulator' % SCOPE, effective='1')
+        error = self.assertRaises(cgroups.CgroupError,
+                                  cgroups.set_memory_nodes, 42, [1, 2],
+                                  proc=self.proc, root=self.root)
+        self.assertIn('allows nodes 1, not 1,2: a parent cgroup', str(error))
+
+    def test_v1_turns_memory_migration_on(self):
+        self.process(42, '4:cpuset:/%s/emulator\n' % SCOPE)
+        directory = self.cgroup('cpuset/%s/emulator' % SCOPE)
+        with open(os.path.join(directory, 'cpuset.memory_migrate'),
+                  'w') as f:
+            f.write('0\n')
+        cgroups.set_memory_nodes(42, [3], proc=self.proc, root=self.root)
+        self.assertEqual('3', self.read('cpuset/%s/emulator' % SCOPE))
+        self.assertEqual('1', self.read('cpuset/%s/emulator' % SCOPE,
+                                        'cpuset.memory_migrate'))
+
+    def test_errors(self):
+        self.assertRaises(cgroups.CgroupError, cgroups.set_memory_nodes, 9,
+                          [0], proc=self.proc, root=self.root)
+        self.assertRaises(cgroups.CgroupError, cgroups.memory_nodes, 9,
+                          proc=self.proc, root=self.root)
+        self.process(8, '0::/%s/emulator\n' % SCOPE)
+        # No cpuset controller in that cgroup: no cpuset.mems to write.
+        os.makedirs(os.path.join(self.root, SCOPE, 'emulator'))
+        os.chmod(os.path.join(self.root, SCOPE, 'emulator'), 0o500)
+        self.addCleanup(os.chmod, os.path.join(self.root, SCOPE,
+                                               'emulator'), 0o700)
+        self.assertEqual((), cgroups.memory_nodes(8, proc=self.proc,
+                                                  root=self.root))
+        for nodes in ([], [-1]):
+            self.assertRaises(ValueError, cgroups.set_memory_nodes, 8, nodes,
+                              proc=self.proc, root=self.root)
+        self.process(6, '0::/../../etc\n')
+        self.assertRaises(cgroups.CgroupError, cgroups.set_memory_nodes, 6,
+                          [0], proc=self.proc, root=self.root)
