@@ -1,0 +1,171 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The agent end to end on real processes standing in for guests.
+
+The backend below is real everywhere the kernel is involved: topology and
+free memory from sysfs, memory per node from the cgroup's memory.numa_stat,
+the vCPU's node from /proc, the nodeset through cpuset.mems and the pages
+through the agent's page picker (what the privileged helpers run once
+they verified a domain's QEMU: these processes are none). Only the
+hardware counters are scripted: under TCG there is no PMU, and they are
+the workload signal (a memory-bound guest) the levels are computed from.
+"""
+
+import os
+import uuid as uuid_mod
+
+from nova_numa_overhead.compute import agent as agent_mod
+from nova_numa_overhead.compute import cgroups
+from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import numa_stat
+from nova_numa_overhead.compute import probe
+from tests import base as tests_base
+from tests.numa import base
+from tests.numa import helpers
+from tests.unit.compute import fakes
+
+NODE_SYSFS = '/sys/devices/system/node'
+
+
+def _node_file(node, name):
+    with open(os.path.join(NODE_SYSFS, 'node%d' % node, name)) as f:
+        return f.read()
+
+
+class ProcessHypervisor(hv_mod.Hypervisor):
+    """Processes as guests, on the running kernel."""
+
+    def __init__(self):
+        self.guests = {}
+        self.counter = {}
+        self.mover = helpers.page_mover()
+
+    def add(self, name, pid, memory_mb, extra_specs):
+        self.guests[name] = hv_mod.DomainInfo(
+            name=name, uuid=str(uuid_mod.uuid4()), memory_mb=memory_mb,
+            vcpus=1, extra_specs=extra_specs, pid=pid)
+        self.counter[name] = hv_mod.DomainCounters(0, 0, 0, 0, 0)
+
+    # Scripted counters, advanced like the unit tests' fake hypervisor's.
+    run = fakes.FakeHypervisor.run
+
+    def topology(self):
+        cpus = probe.host_nodes()
+        nodes = tuple(hv_mod.NodeInfo(
+            n, tuple(cpus[n]), numa_stat.parse_node_meminfo(
+                _node_file(n, 'meminfo'))['MemTotal'] // 1024)
+            for n in sorted(cpus))
+        distances = tuple(tuple(int(d) for d in _node_file(
+            n, 'distance').split()) for n in sorted(cpus))
+        return hv_mod.HostTopology(nodes=nodes, distances=distances)
+
+    def free_memory_mb(self):
+        return list(numa_stat.host_free_memory_mb().values())
+
+    def domains(self):
+        result = []
+        for domain in self.guests.values():
+            nodes = cgroups.memory_nodes(domain.pid)
+            result.append(hv_mod.DomainInfo(**dict(
+                domain.__dict__, allowed_nodes=nodes)))
+        return result
+
+    def enable_counters(self, domain):
+        return True
+
+    def counters(self, domains):
+        return {d.name: self.counter[d.name] for d in domains}
+
+    def vcpu_cpus(self, domain):
+        with open('/proc/%d/stat' % domain.pid) as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+        return [int(fields[36])]
+
+    def memory_per_node(self, domain):
+        return numa_stat.read_cgroup_numa_stat(domain.pid)
+
+    def set_nodeset(self, domain, nodes):
+        cgroups.set_memory_nodes(domain.pid, list(nodes))
+
+    def move_pages(self, domain, moves, max_pages):
+        return self.mover((domain.pid,), moves, max_pages)
+
+    def pin_vcpus(self, domain, cpus):
+        os.sched_setaffinity(domain.pid, set(cpus))
+
+
+class FakePublisher:
+
+    def publish(self, report):
+        return True
+
+
+class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.hv = ProcessHypervisor()
+        self.flags(group='numa_overhead_agent', enforcement='pages',
+                   reserve_mb=16, migrate_rate_mb_per_s=0)
+
+    def guest(self, name, parts, cpu, extra_specs):
+        fixture = self.useFixture(base.HelperFixture(
+            parts, cgroup_name='agent-%s' % name))
+        os.sched_setaffinity(fixture.helper.pid, {cpu})
+        # Run it once there: the agent reads the CPU it last ran on.
+        fixture.helper.touch([0])
+        self.hv.add(name, fixture.helper.pid,
+                    sum(mb for _n, mb in parts), extra_specs)
+        return fixture.helper
+
+    def test_placement_with_pages_enforcement(self):
+        self.guest('a', [(0, 64)], 0, {'numa_overhead:policy': 'spread'})
+        agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm')
+        self.assertTrue(agent.cycle())
+        decision = agent.decisions['a']
+        self.assertEqual('moved', decision.action, decision)
+        plan = sorted(decision.plan)
+        self.assertGreater(len(plan), 1, decision)
+        pid = self.hv.guests['a'].pid
+        # All nodes: the cgroup allows them all.
+        self.assertEqual(tuple(plan), cgroups.memory_nodes(pid))
+        measured = self.hv.memory_per_node(self.hv.guests['a'])
+        for node, mb in measured.items():
+            if node not in plan:
+                self.assertLess(mb, 1, measured)
+        for node, share in decision.plan.items():
+            self.assertGreaterEqual(measured[node], share - 4,
+                                    (decision, measured))
+
+    def test_rebalancer_moves_off_a_hot_node(self):
+        self.flags(group='numa_overhead_agent', rebalance_threshold=3)
+        hot = self.guest('hot', [(0, 64)], 0,
+                         {'numa_overhead:policy': 'local'})
+        agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm')
+        for _ in range(3):
+            # Memory-controller bound: cycle loss 0.9, hit rate 0.6.
+            self.hv.run('hot', 300000, 1000000, 100000, 40000, 900000)
+            agent.cycle()
+        self.assertEqual({0: 64}, hot.nodes_mb())
+        moves = agent.rebalance()
+        self.assertTrue(moves)
+        moved_away = sum(m.mb for m in moves if m.src == 0)
+        self.assertGreater(moved_away, 0)
+        where = hot.nodes_mb()
+        # What the rebalancer moved is where it said, within the cgroup's
+        # (widened) nodes.
+        self.assertLess(where.get(0, 0), 64)
+        allowed = cgroups.memory_nodes(hot.pid)
+        self.assertEqual(set(), set(where) - set(allowed))
+        for move in moves:
+            self.assertGreater(where.get(move.dst, 0), 0, (moves, where))
+        self.assertEqual({}, dict(agent.failures))
