@@ -37,16 +37,18 @@ def _obs(hit, loss, ipc, cpu, memory):
 #          description)
 HOSTS = {
     'cmp-idle': (2, 6, [], [0, 0], 'two small empty nodes (6 GiB each)'),
-    'cmp-llc': (4, 64, [_obs(0.12, 0.68, 0.5, n % 2, {n % 2: 1.0})
-                        for n in range(8)], [4, 4, 1, 1],
-                'LLC contention on sockets 0 and 1'),
+    'cmp-llc': (4, 128, [_obs(0.30, 0.68, 0.5, n % 4, {n % 4: 1.0})
+                         for n in range(8)], [2, 2, 2, 2],
+                'LLC contention on every socket; the most free memory'),
     'cmp-mc': (4, 64, [_obs(0.45, 0.84, 0.4, n, {n: 1.0})
                        for n in range(4)] * 2, [2, 2, 2, 2],
                'memory controllers congested on every node'),
-    'cmp-remote': (4, 64, [_obs(0.5, 0.86, 0.3, n, {(n + 1) % 4: 1.0})
+    'cmp-remote': (4, 32, [_obs(0.5, 0.86, 0.3, n, {(n + 1) % 4: 1.0})
                            for n in range(4)], [1, 1, 1, 1],
                    'guests running remote from their memory'),
 }
+# A host without an agent: Nova's view of its free RAM, in GiB.
+NO_AGENT = ('cmp-noagent', 64)
 FLAVORS = [
     ('m1.medium', 4 * GIB, {}, {}),
     ('m1.large (max_level=3)', 8 * GIB,
@@ -56,6 +58,8 @@ FLAVORS = [
     ('m1.xlarge (policy=spread)', 16 * GIB,
      {'numa_overhead:policy': 'spread'}, {}),
 ]
+# Seconds the demo waits for the hosts' reports to arrive.
+REPORT_WAIT = 10
 
 
 def host_reports(seq=1):
@@ -106,8 +110,9 @@ def run(transport_url=None, out=print) -> int:
     conf.set_override('report_topic', 'numa-overhead-demo',
                       group='numa_overhead')
 
-    out('nova-numa-overhead demo: %d hosts report, Nova picks\n'
-        % (len(HOSTS) + 1))
+    no_agent, no_agent_gib = NO_AGENT
+    out('nova-numa-overhead demo: %d hosts report over oslo.messaging, '
+        'one has no agent; Nova\'s filter and weigher pick\n' % len(HOSTS))
     reports = host_reports()
     # The scheduler side starts listening (and asks for a sync) as soon as
     # the filter first runs; start it now so the casts below land.
@@ -115,28 +120,32 @@ def run(transport_url=None, out=print) -> int:
     publisher = rpc.ReportPublisher(conf)
     for report in reports.values():
         publisher.publish(report)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + REPORT_WAIT
     while len(received.hosts()) < len(reports) and \
             time.monotonic() < deadline:
         time.sleep(0.05)
+    missing = [name for name in reports if received.get(name) is None]
+    if missing:
+        rpc.stop_listeners()
+        raise RuntimeError('no report from %s arrived within %d s'
+                           % (', '.join(missing), REPORT_WAIT))
 
-    out('%-11s %-44s %s' % ('host', 'what it reported', 'per-node overhead '
-                            'seen from the best local node'))
+    out('%-11s %-52s %s' % ('host', 'what it reported', 'overhead per '
+                            'node, from the best local node'))
     for name, (_, _, _, _, desc) in HOSTS.items():
         entry = received.get(name)
         best = min(range(entry.report.size),
                    key=lambda n: sum(entry.view.overhead[n]))
-        out('%-11s %-44s %s' % (name, desc, entry.view.overhead[best]))
-    out('%-11s %-44s %s\n' % ('cmp-noagent', 'no agent: no report',
-                              '(unknown)'))
+        out('%-11s %-52s %s' % (name, desc, entry.view.overhead[best]))
+    out('%-11s %-52s %s\n' % (no_agent, 'no agent: no report', '(unknown)'))
 
     hosts = []
-    for name in list(HOSTS) + ['cmp-noagent']:
+    for name in list(HOSTS) + [no_agent]:
         state = host_manager.HostState(name, name, 'cell1')
-        # Nova's view of free RAM: what the host reported (an unknown host
-        # has 64 GiB free).
+        # Nova's view of free RAM: what the host reported (the host
+        # without an agent has its own).
         state.free_ram_mb = (sum(n.free_mb for n in reports[name].nodes)
-                             if name in reports else 64 * GIB)
+                             if name in reports else no_agent_gib * GIB)
         state.num_instances = 4
         state.aggregates = []
         hosts.append(state)
@@ -145,15 +154,21 @@ def run(transport_url=None, out=print) -> int:
     weight_handler = nova_weights.HostWeightHandler()
     the_filter = filters.NUMAOverheadFilter()
     weighers_ = [ram.RAMWeigher(), weighers.NUMAOverheadWeigher()]
-    for flavor, memory_mb, specs, hints in FLAVORS:
+
+    def schedule(memory_mb, specs, hints):
         spec = _spec(objects, memory_mb, specs, hints)
+        passed = filter_handler.get_filtered_objects([the_filter], hosts,
+                                                     spec) or []
+        return weight_handler.get_weighed_objects(weighers_, passed, spec)
+
+    def pick(weighed):
+        return weighed[0].obj.host if weighed else 'no host (NoValidHost)'
+
+    for flavor, memory_mb, specs, hints in FLAVORS:
         query = received.query(memory_mb, specs.get(
             'numa_overhead:policy', planner.PROPORTIONAL),
             planner.DEFAULT_MAX_NODES)
-        passed = filter_handler.get_filtered_objects([the_filter], hosts,
-                                                     spec) or []
-        weighed = weight_handler.get_weighed_objects(weighers_, passed,
-                                                     spec)
+        weighed = schedule(memory_mb, specs, hints)
         out('flavor %s: %d GiB, extra specs %s, hints %s'
             % (flavor, memory_mb // GIB, specs or '{}', hints or '{}'))
         names = {w.obj.host: w.weight for w in weighed}
@@ -167,7 +182,10 @@ def run(transport_url=None, out=print) -> int:
                    'passes' if state.host in names else 'fails',
                    'weight %.2f' % names[state.host]
                    if state.host in names else ''))
-        out('  -> Nova picks %s\n' % (weighed[0].obj.host if weighed
-                                      else 'no host (NoValidHost)'))
+        chosen = pick(weighed)
+        without = pick(schedule(memory_mb, specs, {})) if hints else chosen
+        out('  -> Nova picks %s%s\n' % (
+            chosen, '' if without == chosen else
+            ' (without the hint: %s)' % without))
     rpc.stop_listeners()
     return 0

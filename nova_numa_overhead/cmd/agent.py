@@ -20,6 +20,7 @@ shares with nova-compute::
 
 import socket
 import sys
+import threading
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -63,28 +64,31 @@ class SimulatedHost:
     def __init__(self, conf):
         import dataclasses
 
-        from nova_numa_overhead.sim import backend
-        from nova_numa_overhead.sim import model
         from nova_numa_overhead.sim import presets
         from nova_numa_overhead.sim import runner
         from nova_numa_overhead.sim import scenarios
         opts = conf.numa_overhead_agent
+        spec = presets.host(opts.sim_host)
         scenario = dataclasses.replace(scenarios.get(opts.sim_scenario),
-                                       host=presets.host(opts.sim_host))
+                                       host=spec)
         self.runner = runner
-        self.pending = [p for p in runner.arrival_order(scenario)
-                        if p.vcpu_node < scenario.host.size and
-                        all(n < scenario.host.size for n in p.first_touch)]
-        self.hypervisor = backend.SimHypervisor(model.Host(scenario.host))
+        self.pending = [p for _, p in scenario.arrivals()
+                        if all(n < spec.size for n in
+                               p.vcpu_nodes + p.first_touch)]
+        self.host, self.hypervisor = runner.new_host(scenario)
+        self.policy = runner.policies_mod.NovaDefault()
+        self.policy.attach(self.hypervisor)
         self.seconds = float(opts.sample_interval)
+        self.now = 0.0
 
     def step(self) -> None:
         """Start the next guest, if any, and run the model."""
         if self.pending:
-            plan = self.pending.pop(0)
-            self.hypervisor.start(self.runner.make_guest(
-                self.hypervisor.host, plan))
-        self.hypervisor.advance(self.seconds)
+            self.runner.start_guest(self.host, self.hypervisor, self.policy,
+                                    self.pending.pop(0))
+        self.now += self.seconds
+        self.host.step(self.now, self.seconds)
+        self.hypervisor.advance(self.host.solve(), self.seconds)
 
 
 def make_hypervisor(conf):
@@ -98,10 +102,36 @@ def make_hypervisor(conf):
                                             mover=mover)
 
 
+def reports_url(conf) -> str:
+    """Where the reports go, password hidden: in cells v2 it must be the
+    schedulers' broker, so the agent says which it is at start.
+    """
+    from nova_numa_overhead.cmd import common
+    url = conf.numa_overhead.transport_url
+    if not url:
+        try:
+            url = conf.transport_url
+        except cfg.NoSuchOptError:
+            url = None
+    return common.redact(url) if url else '[DEFAULT] transport_url'
+
+
 def make_notifier(conf, host):
+    """Notifications go where nova-compute's go.
+
+    That is ``[oslo_messaging_notifications] transport_url``, else
+    ``[DEFAULT] transport_url`` (the cell's broker in cells v2), not the
+    reports' ``[numa_overhead] transport_url`` (unless it is the only
+    one). Like nova-compute's, they are sent only when
+    ``[oslo_messaging_notifications] driver`` is set.
+    """
     import oslo_messaging as messaging
-    transport = messaging.get_notification_transport(
-        conf, url=conf.numa_overhead.transport_url or None)
+    transport = messaging.get_notification_transport(conf)
+    if not (conf.oslo_messaging_notifications.transport_url or
+            conf.transport_url) and conf.numa_overhead.transport_url:
+        transport.cleanup()
+        transport = messaging.get_notification_transport(
+            conf, url=conf.numa_overhead.transport_url)
     return messaging.Notifier(transport,
                               publisher_id='numa-overhead-agent.%s' % host,
                               topics=['notifications'])
@@ -122,6 +152,8 @@ class AgentService(service_base.ServiceBase):
         self.agent = None
         self.simulated = None
         self._loops = []
+        self._events_thread = None
+        self._stopping = threading.Event()
 
     # oslo.service's launcher calls these.
     def start(self):
@@ -137,20 +169,39 @@ class AgentService(service_base.ServiceBase):
         if isinstance(self.hypervisor, SimulatedHost):
             self.simulated = self.hypervisor
             self.hypervisor = self.simulated.hypervisor
-        self.publisher = self.publisher or rpc.ReportPublisher(conf)
+        if self.publisher is None:
+            # Reports go out from a thread of their own: nothing the
+            # agent does waits on the broker.
+            from nova_numa_overhead.compute import publisher
+            self.publisher = publisher.AsyncPublisher(
+                rpc.ReportPublisher(conf))
         if self.notifier is None:
+            error = None
             try:
                 self.notifier = make_notifier(conf, host)
             except Exception as exc:
-                LOG.warning('Notifications disabled: %s', exc)
+                error = exc
+            if error is not None:
+                # Logged outside the handler: oslo.log would repeat the
+                # exception's text after the message.
+                LOG.warning('Notifications disabled: %s', error)
         self.agent = agent_mod.Agent(conf, self.hypervisor, self.publisher,
                                      host, notifier=self.notifier)
+        # libvirt's event thread only queues; this thread does the work.
+        self._stopping.clear()
+        self._events_thread = threading.Thread(
+            target=self._handle_events, name='numa-overhead-events',
+            daemon=True)
+        self._events_thread.start()
         self.hypervisor.register_lifecycle(self.agent.on_lifecycle)
         rpc.start_agent_listener(conf, self.agent.sync)
         LOG.info('%(prog)s for host %(host)s: enforcement %(mode)s, '
-                 'managed guests %(managed)s', {
+                 'managed guests %(managed)s; reports on topic %(topic)s '
+                 'via %(url)s', {
                      'prog': PROG, 'host': host, 'mode': opts.enforcement,
-                     'managed': opts.managed_guests})
+                     'managed': opts.managed_guests,
+                     'topic': conf.numa_overhead.report_topic,
+                     'url': reports_url(conf)})
         for func, interval in ((self._cycle, opts.sample_interval),
                                (self._rebalance, opts.rebalance_interval)):
             if interval > 0:
@@ -168,6 +219,15 @@ class AgentService(service_base.ServiceBase):
                           '%d s', self.conf.numa_overhead_agent
                           .sample_interval)
 
+    def _handle_events(self):
+        while not self._stopping.is_set():
+            if not self.agent.wait_for_events(timeout=1.0):
+                continue
+            try:
+                self.agent.handle_events()
+            except Exception:
+                LOG.exception('Handling libvirt events failed')
+
     def _rebalance(self):
         try:
             self.agent.rebalance()
@@ -180,7 +240,14 @@ class AgentService(service_base.ServiceBase):
         for loop in self._loops:
             loop.stop()
         self._loops = []
+        self._stopping.set()
+        if self._events_thread is not None:
+            self._events_thread.join(timeout=5)
+            self._events_thread = None
         rpc.stop_listeners()
+        stop_publisher = getattr(self.publisher, 'stop', None)
+        if stop_publisher is not None:
+            stop_publisher()
         if self.hypervisor is not None:
             self.hypervisor.close()
 
@@ -193,6 +260,8 @@ class AgentService(service_base.ServiceBase):
 
 
 def main(argv=None) -> int:
+    from nova_numa_overhead.cmd import common
+    common.quiet_eventlet()
     from oslo_service import backend
     from oslo_service.backend import exceptions as backend_exceptions
     try:

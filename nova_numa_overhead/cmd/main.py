@@ -12,15 +12,23 @@
 """``nova-numa-overhead``: the operator's command line."""
 
 import argparse
+import os
 import sys
 
+from nova_numa_overhead.cmd import common
+from nova_numa_overhead.cmd import reports
+from nova_numa_overhead.cmd import status
 
+PROG = 'nova-numa-overhead'
 DEMO_SCENARIO = 'mixed-16'
+# Probe buffers: 1 MiB up to 64 GiB per measurement.
+PROBE_MAX_MB = 64 * 1024
+PROBE_MAX_REPEAT = 100
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog='nova-numa-overhead',
+    parser = common.ArgumentParser(
+        prog=PROG,
         description='NUMA memory-zone overhead aware scheduling for Nova.')
     sub = parser.add_subparsers(dest='command', required=True)
     demo = sub.add_parser(
@@ -40,12 +48,18 @@ def main(argv=None) -> int:
         'probe', help='measure the node-to-node memory latency and '
                       'bandwidth matrix of this host (vTRMS) for '
                       '[numa_overhead_agent] topology_file')
-    probe.add_argument('--output', required=True,
-                       help='JSON file to write')
-    probe.add_argument('--size-mb', type=int, default=256,
-                       help='buffer per measurement (default 256; at '
-                            'least 4x the last-level cache)')
-    probe.add_argument('--repeat', type=int, default=3)
+    probe.add_argument('--output', required=True, metavar='FILE',
+                       help='JSON file to write (its directory must exist)')
+    probe.add_argument('--size-mb', type=common.bounded_int(1, PROBE_MAX_MB),
+                       default=256, metavar='MB',
+                       help='buffer per measurement in MiB (default 256; '
+                            'at least 4x the last-level cache, checked '
+                            'before measuring)')
+    probe.add_argument('--repeat', type=common.bounded_int(
+                       1, PROBE_MAX_REPEAT), default=3, metavar='N',
+                       help='measurements per node pair, the best one '
+                            'kept (default 3, at most %d)'
+                            % PROBE_MAX_REPEAT)
     simulate = sub.add_parser(
         'simulate', help='run the simulated NUMA host (or cluster) under '
                          'every placement policy and compare them')
@@ -55,13 +69,24 @@ def main(argv=None) -> int:
     which.add_argument('--scenario-file', help='a scenario file (TOML)')
     which.add_argument('--list', action='store_true',
                        help='list the built-in scenarios')
+    which.add_argument('--all', action='store_true',
+                       help='every built-in scenario, one line each')
+    which.add_argument('--sweep', type=int, metavar='N',
+                       help='N generated scenarios (seeded by --seed, '
+                            'default 1) and the distribution of the '
+                            'results per policy')
     simulate.add_argument('--format', choices=('table', 'json'),
-                          default='table')
+                          default='table',
+                          help='output format (default: table; json also '
+                               'applies to --list)')
     simulate.add_argument('--plot', metavar='FILE.png',
                           help='also draw the figure')
     simulate.add_argument('--seed', type=int,
-                          help='arrival order seed (default: the '
-                               "scenario's)")
+                          help="arrival order seed (default: the "
+                               "scenario's); with --sweep, the sweep's "
+                               "seed (default 1)")
+    simulate.add_argument('--workers', type=int, default=2,
+                          help='processes for --sweep (default 2)')
     simulate.add_argument('--policies',
                           help='comma-separated subset of the policies')
     simulate.add_argument('--transport-url',
@@ -69,48 +94,81 @@ def main(argv=None) -> int:
                                'scenario (default: in-memory fake://)')
     simulate.add_argument('--quiet', action='store_true',
                           help='no progress bar')
-    from nova_numa_overhead.cmd import status
     status.add_parser(sub)
+    reports.add_parser(sub)
     args = parser.parse_args(argv)
+    common.quiet_eventlet()
+    with common.broken_pipe_is_quiet():
+        try:
+            return _run(args)
+        except KeyboardInterrupt:
+            return common.EXIT_INTERRUPTED
+        except common.CommandError as exc:
+            return common.fail('%s %s' % (PROG, args.command), exc,
+                               exc.code)
+    return common.EXIT_ERROR
+
+
+def _run(args) -> int:
     if args.command == 'status':
         return status.run(args)
+    if args.command == 'reports':
+        return reports.run(args)
     if args.command == 'simulate':
         from nova_numa_overhead.sim import cli as sim_cli
+        if args.plot:
+            common.check_figure(args.plot)
         return sim_cli.run(args)
     if args.command == 'probe':
         return _probe(args)
     if args.command == 'demo':
-        from nova_numa_overhead import demo as demo_mod
-        try:
-            if not args.scheduler_only:
-                from nova_numa_overhead.sim import cli as sim_cli
-                rc = sim_cli.run(argparse.Namespace(
-                    list=False, scenario=DEMO_SCENARIO, scenario_file=None,
-                    seed=None, policies=None, format='table',
-                    plot=args.plot, transport_url=args.transport_url,
-                    quiet=False))
-                if rc:
-                    return rc
-                print('figure: %s\n' % args.plot)
-            return demo_mod.run(args.transport_url)
-        except KeyboardInterrupt:
-            return 130
-        except Exception as exc:
-            print('nova-numa-overhead demo: %s' % exc, file=sys.stderr)
-            return 1
-    return 2
+        return _demo(args)
+    return common.EXIT_USAGE
+
+
+def _demo(args) -> int:
+    from nova_numa_overhead import demo as demo_mod
+    common.check_broker(args.transport_url)
+    if not args.scheduler_only:
+        common.check_figure(args.plot)
+    try:
+        if not args.scheduler_only:
+            from nova_numa_overhead.sim import cli as sim_cli
+            rc = sim_cli.run(argparse.Namespace(
+                list=False, scenario=DEMO_SCENARIO, scenario_file=None,
+                sweep=None, workers=2, all=False,
+                seed=None, policies=None, format='table',
+                plot=args.plot, transport_url=args.transport_url,
+                quiet=False))
+            if rc:
+                return rc
+            print('figure: %s\n' % args.plot)
+        return demo_mod.run(args.transport_url)
+    except (KeyboardInterrupt, common.CommandError):
+        raise
+    except Exception as exc:
+        raise common.CommandError(exc)
 
 
 def _probe(args) -> int:
     from nova_numa_overhead.compute import probe
     try:
+        probe.check_output(args.output)
         nodes = probe.host_nodes()
+        smallest = probe.min_size_mb(nodes)
+        if smallest and args.size_mb < smallest:
+            raise common.CommandError(
+                '--size-mb %d is below %d times the last-level cache '
+                '(%d MiB): use --size-mb %d or more, or the latency would '
+                'be measured in the cache' % (
+                    args.size_mb, probe.LLC_FACTOR,
+                    probe.largest_llc_bytes(nodes) // (1024 * 1024),
+                    smallest), common.EXIT_USAGE)
         matrix = probe.measure(nodes, size_mb=args.size_mb,
                                repeat=args.repeat)
         probe.save(matrix, args.output)
     except (OSError, ValueError) as exc:
-        print('nova-numa-overhead probe: %s' % exc, file=sys.stderr)
-        return 1
+        raise common.CommandError(exc)
     width = max(len(str(n)) for n in matrix.nodes)
     print('latency proxy (ns per access), rows = CPU node, columns = '
           'memory node')
@@ -121,7 +179,7 @@ def _probe(args) -> int:
     for i, row in enumerate(matrix.bandwidth_mbps):
         print('  %*s %s' % (width, matrix.nodes[i],
                             ' '.join('%8.0f' % v for v in row)))
-    print('written to %s' % args.output)
+    print('written to %s' % os.path.abspath(args.output))
     return 0
 
 

@@ -17,16 +17,22 @@ the overhead levels, memory and guests; per node pair, the interconnect and
 remote-latency levels; per guest, where its memory is, where the placer
 would put it and what the rebalancer would move next.
 
-It never changes anything: enforcement is forced to ``advisory``, the
-hypervisor is wrapped so that every changing call is refused, perf events
-are not enabled (levels from counters appear only for guests whose perf
-events the running agent enabled), and the report is kept, not sent.
+Next to every level it shows the raw value the level was classified from
+(LLC contention, cycle loss, local/remote ratio) and the thresholds, so an
+operator can tune them under a known load.
+
+It changes nothing but the perf events it needs to measure: enforcement is
+forced to ``advisory``, the hypervisor is wrapped so that every other
+changing call is refused, and the report is kept, not sent. Guests whose
+perf events are off get them for the sampling time and lose them again
+afterwards (``--no-perf-events`` leaves them alone).
 """
 
 import argparse
 import contextlib
 import json
 import logging
+import math
 import socket
 import sys
 import textwrap
@@ -34,30 +40,26 @@ import time
 
 from oslo_config import cfg
 
+from nova_numa_overhead.cmd import common
 from nova_numa_overhead.compute import hypervisor as hv_mod
 
 PROG = 'nova-numa-overhead status'
 WIDTH = 80
-EXIT_ERROR = 1
-EXIT_CONFIG = 2
+EXIT_ERROR = common.EXIT_ERROR
+EXIT_CONFIG = common.EXIT_USAGE
+#: Longest sampling time accepted (seconds).
+MAX_SAMPLE = 3600
 
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the option."""
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError('must be at least 1')
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError('must be a number >= 0')
-    return value
+def sample_count(seconds: float, interval: float) -> int:
+    """Counter reads for ``seconds`` of sampling every ``interval``."""
+    if interval <= 0 or seconds <= 0:
+        return 2
+    return max(2, int(math.floor(seconds / interval + 1e-9)) + 1)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -81,12 +83,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('--format', choices=('table', 'json'),
                         default='table', help='output format (default: '
                                               'table)')
-    parser.add_argument('--samples', type=_positive_int, default=2,
-                        help='sampling cycles (default: 2; counters need '
-                             'two)')
-    parser.add_argument('--interval', type=_seconds, default=1.0,
-                        metavar='SECONDS',
-                        help='seconds between samples (default: 1.0)')
+    parser.add_argument('--sample', type=common.seconds(MAX_SAMPLE),
+                        default=1.0, metavar='SECONDS',
+                        help='measure for this long and show the means '
+                             '(default: 1; at most %d)' % MAX_SAMPLE)
+    parser.add_argument('--interval', type=common.seconds(MAX_SAMPLE),
+                        default=1.0, metavar='SECONDS',
+                        help='seconds between two counter reads (default: '
+                             '1.0; 0 reads twice at once)')
+    parser.add_argument('--no-perf-events', dest='perf_events',
+                        action='store_false',
+                        help='do not enable perf events on guests that '
+                             'have them off (their counters then read '
+                             'nothing)')
     parser.add_argument('--debug', action='store_true',
                         help='log what the agent code does on stderr')
     parser.set_defaults(func=run)
@@ -105,11 +114,24 @@ class _KeptPublisher:
 
 
 class ReadOnlyHypervisor(hv_mod.Hypervisor):
-    """A hypervisor that reads through and refuses every change."""
+    """A hypervisor that reads through and refuses every change.
 
-    def __init__(self, hypervisor: hv_mod.Hypervisor):
+    With ``perf_events`` it enables the perf events of guests that have
+    them off, remembers them and turns them off again in :meth:`close`:
+    the only change ``status`` makes, for the time it samples.
+    """
+
+    def __init__(self, hypervisor: hv_mod.Hypervisor,
+                 perf_events: bool = False, clock=time.monotonic):
         self.hv = hypervisor
+        self.clock = clock
+        # Domain name -> [(time, counters) of the first read, of the last].
+        self.reads = {}
         self.last_error = None
+        self.perf_events = perf_events
+        # Domain name -> what happened to its perf events.
+        self.perf = {}
+        self._enabled = []
 
     def _read(self, func, *args):
         try:
@@ -128,7 +150,21 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
         return self._read(self.hv.domains)
 
     def counters(self, domains):
-        return self._read(self.hv.counters, domains)
+        values = self._read(self.hv.counters, domains)
+        now = self.clock()
+        for name, counters in values.items():
+            self.reads.setdefault(name, [(now, counters)])[1:] = [
+                (now, counters)]
+        return values
+
+    def instructions_per_second(self, name: str) -> float | None:
+        """Mean instructions per second of a guest over the sampling."""
+        reads = self.reads.get(name, ())
+        if len(reads) < 2 or reads[-1][0] <= reads[0][0]:
+            return None
+        (t0, first), (t1, last) = reads[0], reads[-1]
+        done = last.instructions - first.instructions
+        return done / (t1 - t0) if done >= 0 else None
 
     def vcpu_cpus(self, domain):
         return self._read(self.hv.vcpu_cpus, domain)
@@ -137,8 +173,45 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
         return self._read(self.hv.memory_per_node, domain)
 
     def enable_counters(self, domain):
-        # Enabling perf events changes the guest: the agent's job.
+        """Enable perf events that are off, for the sampling time."""
+        if not self.perf_events:
+            self.perf[domain.name] = 'left alone (--no-perf-events)'
+            return False
+        try:
+            already = self.hv.counters_enabled(domain)
+            if already is None:
+                self.perf[domain.name] = 'state unknown: left alone'
+                return False
+            if already:
+                self.perf[domain.name] = 'already on'
+                return True
+            if self.hv.enable_counters(domain):
+                self._enabled.append(domain)
+                self.perf[domain.name] = 'enabled while sampling'
+                return True
+            why = self.hv.counters_error or 'refused'
+        except hv_mod.HypervisorUnavailable:
+            raise
+        except hv_mod.HypervisorError as exc:
+            why = str(exc)
+        self.perf[domain.name] = 'cannot enable: %s' % why
         return False
+
+    def restore_counters(self) -> list:
+        """Turn off what :meth:`enable_counters` turned on.
+
+        :returns: messages for the guests whose events stayed on.
+        """
+        failed = []
+        enabled, self._enabled = self._enabled, []
+        for domain in enabled:
+            try:
+                self.hv.disable_counters(domain)
+            except hv_mod.DomainGone:
+                continue
+            except hv_mod.HypervisorError as exc:
+                failed.append('%s: %s' % (domain.name, exc))
+        return failed
 
     def _refuse(self, what):
         raise hv_mod.HypervisorError('status is read-only: refusing to %s'
@@ -158,12 +231,15 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
 
 
 class _AdvisoryOpts:
-    """``[numa_overhead_agent]`` with enforcement forced to advisory."""
+    """``[numa_overhead_agent]`` with enforcement forced to advisory, and
+    a window that holds every sample taken.
+    """
 
     enforcement = 'advisory'
 
-    def __init__(self, opts):
+    def __init__(self, opts, samples=0):
         self._opts = opts
+        self.window_size = max(opts.window_size, samples)
 
     def __getattr__(self, name):
         return getattr(self._opts, name)
@@ -176,9 +252,10 @@ class _AdvisoryConf:
     state that other ConfigOpts of the process can share.
     """
 
-    def __init__(self, conf):
+    def __init__(self, conf, samples=0):
         self._conf = conf
-        self.numa_overhead_agent = _AdvisoryOpts(conf.numa_overhead_agent)
+        self.numa_overhead_agent = _AdvisoryOpts(conf.numa_overhead_agent,
+                                                 samples)
 
     def __getattr__(self, name):
         return getattr(self._conf, name)
@@ -237,31 +314,39 @@ def _host(conf) -> str:
 
 
 def collect(conf, uri: str, samples: int = 2, interval: float = 1.0,
-            hypervisor=None, sleep=time.sleep,
-            clock=time.monotonic) -> dict:
+            hypervisor=None, sleep=time.sleep, clock=time.monotonic,
+            perf_events: bool = True) -> dict:
     """Run the agent's cycles on ``uri`` and return what it saw.
+
+    ``samples`` counter reads ``interval`` seconds apart; the levels and
+    raw values are the means over all of them.
 
     :raises HypervisorError: when the host cannot be read.
     """
     from nova_numa_overhead.compute import agent as agent_mod
     configured = conf.numa_overhead_agent.enforcement
-    conf = _AdvisoryConf(conf)
+    conf = _AdvisoryConf(conf, samples)
     if hypervisor is None:
         from nova_numa_overhead.compute import libvirt_driver
         hypervisor = libvirt_driver.LibvirtHypervisor(uri)
-    hv = ReadOnlyHypervisor(hypervisor)
+    hv = ReadOnlyHypervisor(hypervisor, perf_events=perf_events,
+                            clock=clock)
     try:
         # Fails fast (no reconnect loop) when libvirt is unreachable.
         hv.topology()
         publisher = _KeptPublisher()
         agent = agent_mod.Agent(conf, hv, publisher, _host(conf),
                                 clock=clock, sleep=lambda seconds: None)
-        for i in range(samples):
-            if i:
-                sleep(interval)
-            if not agent.cycle():
-                raise hv_mod.HypervisorUnavailable(
-                    str(hv.last_error or 'lost the connection to %s' % uri))
+        try:
+            for i in range(samples):
+                if i:
+                    sleep(interval)
+                if not agent.cycle():
+                    raise hv_mod.HypervisorUnavailable(
+                        str(hv.last_error or
+                            'lost the connection to %s' % uri))
+        finally:
+            left_on = hv.restore_counters()
         decisions = {}
         for name, domain in sorted(agent.domains.items()):
             decision = agent.place(domain)
@@ -269,7 +354,7 @@ def collect(conf, uri: str, samples: int = 2, interval: float = 1.0,
                 decisions[name] = decision
         moves = agent.rebalance()
         return _status(conf, agent, uri, samples, interval, decisions,
-                       moves, publisher.report, configured)
+                       moves, publisher.report, configured, hv, left_on)
     finally:
         hv.close()
 
@@ -282,7 +367,11 @@ def _per_node(mapping: dict, size: int) -> list:
     return result
 
 
-def _guest(conf, agent, name: str, decision, size: int) -> dict:
+def _rounded(value, digits=3):
+    return None if value is None else round(value, digits)
+
+
+def _guest(conf, agent, name: str, decision, size: int, hv) -> dict:
     from nova_numa_overhead.compute import placer as placer_mod
     opts = conf.numa_overhead_agent
     domain = agent.domains[name]
@@ -294,6 +383,11 @@ def _guest(conf, agent, name: str, decision, size: int) -> dict:
         name, available_mbps=opts.node_bandwidth_mbps,
         low=opts.llc_low_bound, high=opts.llc_high_bound)
     planned = decision is not None and decision.action == 'planned'
+    mean = agent.collector.windows.mean(name)
+    # The running agent's own account, from the guest's metadata.
+    recorded = domain.recorded
+    nodes, cpus = ((recorded.nodes, recorded.cpus) if recorded
+                   else ((), ()))
     return {
         'name': name,
         'uuid': domain.uuid,
@@ -306,6 +400,12 @@ def _guest(conf, agent, name: str, decision, size: int) -> dict:
         'reason': why or (decision.reason if decision and not planned
                           else ''),
         'counters': bool(state and state.delta is not None),
+        'perf_events': hv.perf.get(name),
+        # Means over the sampling time: what the estimator was given.
+        'llc_hit_rate': _rounded(mean and mean.llc_hit_rate),
+        'cycle_loss': _rounded(mean and mean.cycle_loss),
+        'ipc': _rounded(mean and mean.ipc),
+        'instructions_per_s': _rounded(hv.instructions_per_second(name), 0),
         'workload': kind.action if kind else None,
         'memory_mb_per_node': _per_node(state.memory_mb if state else {},
                                         size),
@@ -317,44 +417,66 @@ def _guest(conf, agent, name: str, decision, size: int) -> dict:
         'placement_moves': [
             {'from': src, 'to': dst, 'mb': mb}
             for src, dst, mb in (decision.moves if planned else [])],
+        # What Nova allowed, the agent's restriction in force and the
+        # nodes the guest may use now ([] = every node or CPU).
+        'nova_nodes': list(agent.nova_allowed.get(name, ())),
+        'nova_cpus': list(agent.nova_cpus.get(name, ())),
+        'agent_nodes': list(nodes),
+        'agent_cpus': list(cpus),
+        'allowed_nodes': list(domain.allowed_nodes),
+        'last_action': recorded.action if recorded else None,
+        'last_outcome': recorded.outcome if recorded else None,
+        'last_at': recorded.at if recorded else None,
+        # Another host's record: the guest came by live migration.
+        'recorded_on': recorded.host if recorded else None,
+        'recorded_elsewhere': bool(recorded and recorded.host != agent.host),
     }
 
 
 def _status(conf, agent, uri, samples, interval, decisions, moves,
-            report, enforcement) -> dict:
+            report, enforcement, hv, left_on=()) -> dict:
+    from nova_numa_overhead.overhead import estimator
     opts = conf.numa_overhead_agent
     topology = agent.topology
     levels = agent.levels
     size = topology.size
     overhead = levels.overhead_matrix()
+    # The raw values behind agent.levels: the same observations and code.
+    inputs = estimator.measure(agent.collector.observations(),
+                               agent.estimator_topology)
     free = list(agent.free_mb)
     guests = agent.guests_per_node()
     nodes = [{'id': node.id, 'cpus': len(node.cpus),
               'total_mb': node.memory_mb,
               'free_mb': free[i] if i < len(free) else None,
               'guests': guests[i], 'llc': levels.llc[i], 'mc': levels.mc[i],
+              'llc_contention': _rounded(inputs.llc[i]),
+              'mc_cycle_loss': _rounded(inputs.mc[i]),
               'overhead': overhead[i][i]}
              for i, node in enumerate(topology.nodes)]
-    guest_list = [_guest(conf, agent, name, decisions.get(name), size)
+    guest_list = [_guest(conf, agent, name, decisions.get(name), size, hv)
                   for name in sorted(agent.domains)]
-    notes = []
-    if guest_list and not any(g['counters'] for g in guest_list):
-        notes.append(
-            'No guest has hardware counters: status does not enable perf '
-            'events (the running agent does), so the LLC, MC and INTER '
-            'levels read 0 and RML comes from the node distances only.')
+    thresholds = agent.thresholds
     return {
         'host': agent.host,
         'uri': uri,
         'samples': samples,
         'interval': interval,
+        'seconds': round(interval * (samples - 1), 3),
         'agent': {'enforcement': enforcement,
                   'managed_guests': opts.managed_guests,
                   'rebalance_interval': opts.rebalance_interval,
                   'rebalance_threshold': opts.rebalance_threshold},
+        'thresholds': {'llc': list(thresholds.llc),
+                       'mc': list(thresholds.mc),
+                       'inter': list(thresholds.inter),
+                       'rml': list(thresholds.rml)},
         'nodes': nodes,
         'inter': [list(r) for r in levels.inter],
         'rml': [list(r) for r in levels.rml],
+        'inter_cycle_loss': [[_rounded(v) for v in r] for r in inputs.inter],
+        'rml_ratio': [[_rounded(v) for v in r] for r in inputs.rml],
+        'rml_source': [list(r) for r in inputs.rml_source],
         'overhead': [list(r) for r in overhead],
         'distances': [list(r) for r in topology.distances],
         'guests': guest_list,
@@ -362,8 +484,51 @@ def _status(conf, agent, uri, samples, interval, decisions, moves,
             {'guest': m.guest, 'from': m.src, 'to': m.dst, 'mb': m.mb,
              'reason': m.reason} for m in moves],
         'report': report.to_dict() if report is not None else None,
-        'notes': notes,
+        'notes': _notes(guest_list, left_on),
     }
+
+
+def _notes(guests: list, left_on) -> list:
+    """What keeps the numbers from meaning much, in plain words."""
+    notes = []
+    perf = {}
+    for guest in guests:
+        if guest['perf_events']:
+            perf.setdefault(guest['perf_events'], []).append(guest['name'])
+    for state, names in sorted(perf.items()):
+        if state.startswith('cannot enable'):
+            notes.append('Perf events could not be enabled on %s (%s): '
+                         'their LLC hit rate, cycle loss and IPC are '
+                         'unknown.' % (_names(names),
+                                       state[len('cannot enable: '):]))
+    counted = [g for g in guests if g['counters']]
+    on = [g['name'] for g in guests if not g['counters'] and
+          g['perf_events'] in ('already on', 'enabled while sampling')]
+    if on:
+        notes.append('Perf events are on for %s but libvirt returned no '
+                     'counter values (libvirt\'s test driver never does; '
+                     'on a real host check kernel.perf_event_paranoid and '
+                     'that the CPU exposes its PMU to the host).'
+                     % _names(on))
+    if guests and not counted:
+        notes.append('No guest has hardware counters, so the LLC, MC and '
+                     'INTER levels read 0 and RML comes from the node '
+                     'distances only.')
+    elif counted and not any(g['cycle_loss'] for g in counted):
+        notes.append('Cycle loss reads 0 for every guest: this host\'s '
+                     'perf events give no stalled-cycles-backend count, so '
+                     'the MC and INTER levels stay 0.')
+    if left_on:
+        notes.append('Perf events could not be turned off again on %s.'
+                     % '; '.join(left_on))
+    return notes
+
+
+def _names(names: list, most: int = 3) -> str:
+    shown = ', '.join(names[:most])
+    if len(names) > most:
+        shown += ' and %d more' % (len(names) - most)
+    return shown
 
 
 # -- the table ---------------------------------------------------------------
@@ -399,32 +564,64 @@ def _nodes_text(values: list) -> str:
     return '  '.join(used) or 'none'
 
 
+def _value(value, digits=2) -> str:
+    return '-' if value is None else '%.*f' % (digits, value)
+
+
+def _pairs(levels: list, values: list, marks=None) -> list:
+    """Cells ``level value`` of a pair matrix (``marks`` appended)."""
+    return [['%d %s%s' % (level, _value(values[i][j]),
+                          marks[i][j] if marks else '')
+             for j, level in enumerate(row)]
+            for i, row in enumerate(levels)]
+
+
 def render(status: dict) -> str:
     """The status as text for an 80-column terminal."""
     agent = status['agent']
     nodes = status['nodes']
-    lines = _wrap('Host %s via %s: %d NUMA nodes, %d guests, %d samples '
-                  '%g s apart.' % (status['host'], status['uri'], len(nodes),
-                                   len(status['guests']), status['samples'],
-                                   status['interval']))
+    lines = _wrap('Host %s via %s: %d NUMA nodes, %d guests, measured over '
+                  '%g s (%d counter reads).' % (
+                      status['host'], status['uri'], len(nodes),
+                      len(status['guests']), status['seconds'],
+                      status['samples']))
     lines += _wrap('Agent settings: enforcement %s, managed guests %s, '
                    'rebalancing every %d s above level %d. Nothing was '
-                   'changed.' % (agent['enforcement'],
-                                 agent['managed_guests'],
-                                 agent['rebalance_interval'],
-                                 agent['rebalance_threshold']))
+                   'changed (perf events enabled for the sampling are off '
+                   'again).' % (agent['enforcement'],
+                                agent['managed_guests'],
+                                agent['rebalance_interval'],
+                                agent['rebalance_threshold']))
+    thresholds = status['thresholds']
+    lines += _wrap('Thresholds ([numa_overhead_agent] *_thresholds; a '
+                   'level is how many of them the value reaches): %s.' % (
+                       '; '.join('%s %s' % (name.upper(), ' '.join(
+                           '%g' % t for t in thresholds[name]))
+                           for name in ('llc', 'mc', 'inter', 'rml'))))
     lines.append('')
-    lines.append('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS  LLC   MC  LOCAL')
+    lines.append('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS  LLC  VALUE   '
+                 'MC  VALUE  LOCAL')
     for node in nodes:
         free = '?' if node['free_mb'] is None else node['free_mb']
-        lines.append('%4d  %4d  %9d  %9s  %6d  %3d  %3d  %5d' % (
+        lines.append('%4d  %4d  %9d  %9s  %6d  %3d  %5s  %3d  %5s  %5d' % (
             node['id'], node['cpus'], node['total_mb'], free,
-            node['guests'], node['llc'], node['mc'], node['overhead']))
+            node['guests'], node['llc'], _value(node['llc_contention']),
+            node['mc'], _value(node['mc_cycle_loss']), node['overhead']))
+    lines += _wrap('LLC VALUE: 1 - LLC hit rate of the guests running on '
+                   'the node; MC VALUE: highest cycle loss of guests running '
+                   'there with memory there; -: no guest measured (level '
+                   '0).')
     lines.append('')
-    lines += _matrix('INTER, interconnect congestion level, CPU node (row) '
-                     '-> memory node (column):', status['inter'])
+    lines += _matrix('INTER, interconnect congestion: level and highest '
+                     'cycle loss, CPU node (row) -> memory node (column):',
+                     _pairs(status['inter'], status['inter_cycle_loss']))
     lines.append('')
-    lines += _matrix('RML, remote-access latency level:', status['rml'])
+    lines += _matrix('RML, remote-access latency: level and local/remote '
+                     'ratio, from the guests\' IPC or, marked *, from the '
+                     'node distances (or the probe\'s matrix):',
+                     _pairs(status['rml'], status['rml_ratio'], [
+                         ['*' if src == 'static' else '' for src in row]
+                         for row in status['rml_source']]))
     lines.append('')
     lines += _matrix('Overhead of each memory node seen from each CPU node '
                      '(Figure 4 sums):', status['overhead'], diagonal='')
@@ -449,6 +646,47 @@ def render(status: dict) -> str:
     return '\n'.join(lines)
 
 
+def _counters_text(guest: dict) -> str:
+    if not guest['counters']:
+        return 'no counters (perf events %s)' % (
+            guest['perf_events'] or 'not read: pinned or unreadable')
+    ips = guest['instructions_per_s']
+    ips = '%s instructions/s' % ('-' if ips is None else '%.3g' % ips)
+    if guest['ipc'] is None:
+        return 'no cycles counted (idle?), %s' % ips
+    return 'LLC hit rate %s, cycle loss %s, IPC %s, %s' % (
+        _value(guest['llc_hit_rate']), _value(guest['cycle_loss']),
+        _value(guest['ipc']), ips)
+
+
+def _ids(ids) -> str:
+    return ','.join(str(i) for i in ids) if ids else 'all'
+
+
+def _placement_text(guest: dict) -> str:
+    """Nova's placement, and the agent's restriction of it."""
+    text = 'allows nodes %s, CPUs %s' % (
+        _ids(guest['nova_nodes']), _ids(guest['nova_cpus']))
+    restricted = []
+    if guest['agent_nodes']:
+        restricted.append('nodes %s' % _ids(guest['agent_nodes']))
+    if guest['agent_cpus']:
+        restricted.append('CPUs %s' % _ids(guest['agent_cpus']))
+    restriction = ' and '.join(restricted) or 'nothing'
+    return text + '; agent restricts to %s' % restriction
+
+
+def _last_text(guest: dict) -> str:
+    """The running agent's last action on the guest, and its outcome."""
+    if not guest['last_action']:
+        return 'no action recorded by the agent'
+    text = '%s at %s: %s' % (guest['last_action'], guest['last_at'] or '?',
+                             guest['last_outcome'] or '-')
+    if guest['recorded_elsewhere']:
+        text += ' (on %s)' % guest['recorded_on']
+    return text
+
+
 def _guest_lines(guest: dict) -> list:
     if guest['managed']:
         state = 'managed, policy %s, max_nodes %d' % (
@@ -462,6 +700,11 @@ def _guest_lines(guest: dict) -> list:
     lines = _wrap('%s  %d MiB  %d vCPUs  %s' % (
         guest['name'], guest['memory_mb'], guest['vcpus'], state),
         indent='      ', first='  ')
+    lines += _wrap(_counters_text(guest), indent=' ' * 10,
+                   first='    perf  ')
+    lines += _wrap(_placement_text(guest), indent=' ' * 10,
+                   first='    nova  ')
+    lines += _wrap(_last_text(guest), indent=' ' * 10, first='    last  ')
     lines += _wrap(_nodes_text(guest['memory_mb_per_node']),
                    indent=' ' * 10, first='    now   ')
     if guest['plan_mb_per_node'] is not None:
@@ -480,10 +723,6 @@ def _guest_lines(guest: dict) -> list:
 
 # -- running it --------------------------------------------------------------
 
-def _one_line(message: str) -> str:
-    return ' '.join(str(message).split())
-
-
 def _hint(message: str) -> str:
     lower = message.lower()
     if any(word in lower for word in ('permission denied', 'authenticat',
@@ -496,7 +735,7 @@ def _hint(message: str) -> str:
 
 
 def _fail(message: str, code: int) -> int:
-    message = _one_line(message)
+    message = common.one_line(message)
     print('%s: %s%s' % (PROG, message, _hint(message)), file=sys.stderr)
     return code
 
@@ -507,7 +746,10 @@ def run(args) -> int:
         with _logging(args.debug):
             conf = load_conf(args.config_file)
             uri = args.connect or conf.numa_overhead_agent.connection_uri
-            status = collect(conf, uri, args.samples, args.interval)
+            interval = min(args.interval, args.sample)
+            status = collect(conf, uri,
+                             sample_count(args.sample, interval), interval,
+                             perf_events=args.perf_events)
     except ConfigError as exc:
         return _fail('configuration error: %s' % exc, EXIT_CONFIG)
     except hv_mod.HypervisorError as exc:
@@ -526,7 +768,7 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
     """``python -m nova_numa_overhead.cmd.status``: status on its own."""
-    parser = argparse.ArgumentParser(prog='nova-numa-overhead')
+    parser = common.ArgumentParser(prog='nova-numa-overhead')
     add_parser(parser.add_subparsers(dest='command', required=True))
     return run(parser.parse_args(['status'] + list(
         sys.argv[1:] if argv is None else argv)))

@@ -63,6 +63,7 @@ class NUMAOverheadTestBase(base.NUMAOverheadFunctionalBase):
         self.seq += 1
         topo = estimator.Topology.uniform(2)
         static = estimator.static_levels(topo)
+        rejected = self.store.rejected
         for host, level in levels.items():
             report = report_mod.build(
                 host, 'agent-' + host, '0.1.0', self.seq,
@@ -72,11 +73,15 @@ class NUMAOverheadTestBase(base.NUMAOverheadFunctionalBase):
                 guests=[1, 1], cpus=[4, 4], distances=topo.distances,
                 age=age)
             self.assertTrue(self.publisher.publish(report))
+        # A report already older than the TTL is refused on arrival.
+        refused = age > base.CONF.numa_overhead.report_ttl
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            entries = [self.store._entries.get(h) for h in levels]
-            if all(e is not None and e.report.seq == self.seq
-                   for e in entries):
+            if refused:
+                if self.store.rejected - rejected == len(levels):
+                    return
+            elif all(e is not None and e.seq == self.seq
+                     for e in map(self.store._entries.get, levels)):
                 return
             time.sleep(0.02)
         self.fail('reports did not reach the scheduler store')
@@ -142,7 +147,8 @@ class TestNUMAOverheadScheduling(NUMAOverheadTestBase):
         flavor = self.create_flavor_with_specs(
             {'numa_overhead:max_level': '4'}, ram_mb=1024)
         self.flags(report_ttl=60, group='numa_overhead')
-        # Measured 120 s ago: older than the TTL, so every host is unknown.
+        # Measured 120 s ago: older than the TTL, so refused; every host
+        # is unknown.
         self.publish({'host1': 1, 'host2': 1, 'host3': 1}, age=120.0)
         self.flags(unknown_host='fail', group='numa_overhead')
         self.boot(flavor, expected_state='ERROR')

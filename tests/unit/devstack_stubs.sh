@@ -13,8 +13,8 @@
 # under the License.
 #
 # Stand-ins for the devstack functions the plugin calls, for
-# tests/unit/test_devstack.py. The ini* functions really edit the file,
-# with devstack's semantics; the others append "name<TAB>arg<TAB>..." to
+# tests/unit/test_devstack.py. The ini* functions and trueorfalse are the
+# real ones of tools/cloud/devstack-functions.sh; the others append "name<TAB>arg<TAB>..." to
 # $STUB_CALLS. Services listed in $DISABLED_SERVICES (comma-separated) are
 # disabled, all others enabled; $STUB_DISTRO is ubuntu or fedora.
 
@@ -23,101 +23,8 @@ function _stub_record {
     echo "$*" >> "$STUB_CALLS"
 }
 
-# _stub_ini action file section option [value...]
-function _stub_ini {
-    "${PYTHON:-python3}" - "$@" <<'PYTHON'
-import re
-import sys
-
-action, path, section, option = sys.argv[1:5]
-values = sys.argv[5:]
-try:
-    with open(path) as f:
-        lines = f.read().splitlines()
-except FileNotFoundError:
-    lines = []
-
-
-def section_range():
-    start = None
-    for i, line in enumerate(lines):
-        text = line.strip()
-        if text.startswith('[') and text.endswith(']'):
-            if start is not None:
-                return start, i
-            if text[1:-1] == section:
-                start = i
-    return (start, len(lines)) if start is not None else (None, None)
-
-
-def option_lines(start, end):
-    pattern = re.compile(r'^%s\s*=' % re.escape(option))
-    return [i for i in range(start + 1, end) if pattern.match(lines[i])]
-
-
-def value_of(i):
-    return lines[i].split('=', 1)[1].strip()
-
-
-start, end = section_range()
-found = option_lines(start, end) if start is not None else []
-if action == 'get':
-    if found:
-        print(value_of(found[0]))
-    sys.exit(0)
-if action == 'getm':
-    print(' '.join(value_of(i) for i in found))
-    sys.exit(0)
-if action == 'comment':
-    for i in found:
-        lines[i] = '#' + lines[i]
-elif action in ('set', 'setm'):
-    if start is None:
-        lines.extend(['[%s]' % section])
-        start = len(lines) - 1
-    new = ['%s = %s' % (option, v) for v in values]
-    if action == 'set' and found:
-        for i in found:
-            lines[i] = new[0]
-    else:
-        for i in reversed(found):
-            del lines[i]
-        lines[start + 1:start + 1] = new
-else:
-    sys.exit('unknown action %s' % action)
-with open(path, 'w') as f:
-    f.write('\n'.join(lines) + '\n')
-PYTHON
-}
-
-function iniget {
-    _stub_ini get "$1" "$2" "$3"
-}
-
-function iniget_multiline {
-    _stub_ini getm "$1" "$2" "$3"
-}
-
-function iniset {
-    _stub_ini set "$1" "$2" "$3" "$4"
-}
-
-function iniset_multiline {
-    _stub_ini setm "$@"
-}
-
-# As devstack's: the values already there, then the new ones.
-function iniadd {
-    local file=$1 section=$2 option=$3
-    shift 3
-    local values
-    read -r -a values <<< "$(iniget_multiline "$file" "$section" "$option")"
-    iniset_multiline "$file" "$section" "$option" "${values[@]}" "$@"
-}
-
-function inicomment {
-    _stub_ini comment "$1" "$2" "$3"
-}
+# shellcheck source=tools/cloud/devstack-functions.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/cloud/devstack-functions.sh"
 
 function is_service_enabled {
     local service
@@ -135,16 +42,6 @@ function is_ubuntu {
 
 function is_fedora {
     [[ "${STUB_DISTRO:-ubuntu}" == fedora ]]
-}
-
-function trueorfalse {
-    local default=$1
-    local value=${!2:-}
-    case "$value" in
-        1 | [yY]es | YES | [tT]rue | TRUE) echo True ;;
-        0 | [nN]o | NO | [fF]alse | FALSE) echo False ;;
-        *) echo "$default" ;;
-    esac
 }
 
 function get_python_exec_prefix {

@@ -37,12 +37,16 @@ STUBS = os.path.join(TOP, 'tests', 'unit', 'devstack_stubs.sh')
 DEVSTACK = os.path.join(TOP, 'devstack')
 SCRIPTS = [os.path.join(DEVSTACK, 'plugin.sh'),
            os.path.join(DEVSTACK, 'settings'),
-           os.path.join(DEVSTACK, 'lib', 'nova_numa_overhead')]
+           os.path.join(DEVSTACK, 'lib', 'nova_numa_overhead'),
+           # The one-machine cloud runs the plugin's functions for real.
+           os.path.join(TOP, 'tools', 'cloud', 'cloud.sh'),
+           os.path.join(TOP, 'tools', 'cloud', 'devstack-functions.sh')]
 FILTER = 'nova_numa_overhead.scheduler.filters.NUMAOverheadFilter'
 WEIGHER = 'nova_numa_overhead.scheduler.weighers.NUMAOverheadWeigher'
 ALL_FILTERS = 'nova.scheduler.filters.all_filters'
 ALL_WEIGHERS = 'nova.scheduler.weights.all_weighers'
 BIN_DIR = '/opt/stack/data/venv/bin'
+API_URL = 'rabbit://stackrabbit:secret@10.0.0.1:5672/'
 
 HARNESS = textwrap.dedent('''\
     set -o errexit -o nounset
@@ -60,10 +64,14 @@ class DevstackPluginTestCase(testtools.TestCase):
         super().setUp()
         self.tmp = self.useFixture(fixtures.TempDir()).path
         self.nova_conf = os.path.join(self.tmp, 'nova.conf')
+        # nova-compute's, made by devstack from nova.conf when it starts
+        # nova-compute (after post-config).
+        self.cpu_conf = os.path.join(self.tmp, 'nova-cpu.conf')
         self.calls_file = os.path.join(self.tmp, 'calls')
         self.data_dir = os.path.join(self.tmp, 'data')
         self.state_dir = os.path.join(self.data_dir, 'nova-numa-overhead')
-        self.write_conf('[DEFAULT]\ndebug = True\n\n'
+        self.write_conf('[DEFAULT]\ndebug = True\n'
+                        'transport_url = %s\n\n' % API_URL +
                         '[filter_scheduler]\n'
                         'enabled_filters = ComputeFilter,ImagePropertiesFilter'
                         '\n')
@@ -88,6 +96,7 @@ class DevstackPluginTestCase(testtools.TestCase):
             'DEST': self.tmp,
             'DATA_DIR': self.data_dir,
             'NOVA_CONF': self.nova_conf,
+            'NOVA_CPU_CONF': self.cpu_conf,
             'NOVA_BIN_DIR': BIN_DIR,
             'LIBVIRT_TYPE': 'qemu',
         }
@@ -109,8 +118,6 @@ class DevstackPluginTestCase(testtools.TestCase):
         for group, opts in list(nova_scheduler_conf.list_opts().items()) + \
                 conf_opts.list_opts():
             conf.register_opts(opts, group=group.name)
-        conf.register_opt(cfg.StrOpt('helper_command'),
-                          group='numa_overhead_privileged')
         conf(['--config-file', self.nova_conf], default_config_files=[],
              default_config_dirs=[])
         return conf
@@ -174,9 +181,23 @@ class TestPostConfig(DevstackPluginTestCase):
         self.assertEqual('floating', agent.managed_guests)
         self.assertIsNone(agent.topology_file)
         self.assertEqual('sudo %s/privsep-helper --config-file %s'
-                         % (BIN_DIR, self.nova_conf),
+                         % (BIN_DIR, self.cpu_conf),
                          conf.numa_overhead_privileged.helper_command)
         self.assertTrue(os.path.isdir(self.state_dir))
+        # Reports go to the schedulers' (API-level) broker, which
+        # nova-cpu.conf's [DEFAULT] transport_url will not be in cells v2.
+        self.assertEqual(API_URL, conf.numa_overhead.transport_url)
+
+    def test_reports_broker_from_local_conf(self):
+        self.run_phase('stack', 'post-config',
+                       NUMA_OVERHEAD_TRANSPORT_URL='rabbit://u:p@api:5672/')
+        self.assertEqual('rabbit://u:p@api:5672/',
+                         self.load_conf().numa_overhead.transport_url)
+
+    def test_no_transport_no_reports_broker(self):
+        self.write_conf('[DEFAULT]\n')
+        self.run_phase('stack', 'post-config')
+        self.assertIsNone(self.load_conf().numa_overhead.transport_url)
 
     def test_second_run_changes_nothing(self):
         self.run_phase('stack', 'post-config')
@@ -252,11 +273,17 @@ class TestServices(DevstackPluginTestCase):
 
     def test_extra_starts_the_agent(self):
         calls = self.run_phase('stack', 'extra')
+        # With nova-compute's configuration, as the docs say.
         self.assertEqual(
             [('numa-overhead-agent',
               '%s/nova-numa-overhead-agent --config-file %s'
-              % (BIN_DIR, self.nova_conf))],
+              % (BIN_DIR, self.cpu_conf))],
             self.calls_of(calls, 'run_process'))
+
+    def test_without_nova_cpu_conf_nova_conf(self):
+        calls = self.run_phase('stack', 'extra', NOVA_CPU_CONF='')
+        self.assertIn('--config-file %s' % self.nova_conf,
+                      self.calls_of(calls, 'run_process')[0][1])
 
     def test_extra_without_the_agent(self):
         calls = self.run_phase('stack', 'extra',

@@ -10,6 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import io
 import tempfile
 from unittest import mock
 
@@ -101,6 +102,9 @@ class TestAgentService(base.TestCase):
             interval=2, initial_delay=0)
         svc._cycle()
         self.assertEqual('cmp-9', publisher.reports[0].host)
+        self.assertIn('for host cmp-9: enforcement advisory, managed guests '
+                      'floating; reports on topic numa-overhead via fake://',
+                      self.logger.output)
         svc.stop()
         svc.wait()
         loop_cls.return_value.stop.assert_called_once_with()
@@ -138,5 +142,64 @@ class TestSimulatedHypervisor(base.TestCase):
         self.assertEqual('sim-1', report.host)
         self.assertEqual(4, report.size)
         self.assertEqual(4, len(svc.agent.domains))
-        # The remote-access guests had their memory brought home.
-        self.assertGreater(svc.hypervisor.moved_mb, 0)
+        # The remote-access guests have their memory at home.
+        host = svc.simulated.host
+        for guest in host.guests.values():
+            pages = host.pages(guest)
+            self.assertEqual([guest.home()], list(pages), guest.name)
+
+
+class TestReportsUrl(base.TestCase):
+
+    def test_the_password_is_hidden(self):
+        conf = conf_with('[numa_overhead]\ntransport_url = '
+                         'rabbit://nova:secret@api:5672/\n')
+        self.assertEqual('rabbit://nova:***@api:5672/',
+                         agent_cmd.reports_url(conf))
+
+    def test_nova_transport_when_unset(self):
+        self.assertEqual('[DEFAULT] transport_url',
+                         agent_cmd.reports_url(conf_with('')))
+
+
+class TestLogLines(base.TestCase):
+    """The agent's log lines as oslo.log formats them in a deployment."""
+
+    def setUp(self):
+        super().setUp()
+        import logging
+
+        from oslo_log import formatters
+        from oslo_log import log
+        self.stream = io.StringIO()
+        handler = logging.StreamHandler(self.stream)
+        conf = cfg.ConfigOpts()
+        log.register_options(conf)
+        conf([])
+        handler.setFormatter(formatters.ContextFormatter(
+            project='nova', version='1', config=conf))
+        logger = logging.getLogger('nova_numa_overhead.compute.agent')
+        logger.addHandler(handler)
+        self.addCleanup(logger.removeHandler, handler)
+
+    def test_libvirt_unavailable_is_said_once_per_outage(self):
+        from nova_numa_overhead.compute import agent as agent_mod
+        hv = fakes.FakeHypervisor(nodes=2)
+        agent = agent_mod.Agent(self.conf, hv, test_agent.FakePublisher(),
+                                'cmp-1', sleep=lambda s: None)
+        self.assertTrue(agent.cycle())
+        hv.down = True
+        for _ in range(3):
+            self.assertFalse(agent.cycle())
+        hv.down = False
+        self.assertTrue(agent.cycle())
+        lines = [line for line in self.stream.getvalue().splitlines()
+                 if 'WARNING' in line or 'INFO' in line]
+        warnings = [line for line in lines if 'WARNING' in line]
+        self.assertEqual(1, len(warnings), lines)
+        # The exception's text once, not repeated by oslo.log.
+        self.assertEqual(1, warnings[0].count('connection closed'),
+                         warnings[0])
+        self.assertNotIn('HypervisorUnavailable', warnings[0])
+        self.assertIn('reachable again after 3 failed attempts',
+                      self.stream.getvalue())

@@ -80,19 +80,18 @@ class TestOnLibvirt(StatusTestCase):
                                             **kwargs)
 
     def test_table(self):
-        rc = self.run_status('--connect', URI, '--samples', '2',
-                             '--interval', '0')
+        rc = self.run_status('--connect', URI, '--interval', '0')
         self.assertEqual(0, rc, self.stderr.getvalue())
         self.assertEqual('', self.stderr.getvalue())
         out = self.stdout.getvalue()
         lines = out.splitlines()
         too_wide = [line for line in lines if len(line) > 80]
         self.assertEqual([], too_wide)
-        self.assertIn('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS  LLC   MC  '
-                      'LOCAL', lines)
+        header = ('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS  LLC  VALUE   MC  '
+                  'VALUE  LOCAL')
+        self.assertIn(header, lines)
         # Node 0: 8 CPUs, 2048 MiB, 2 "MiB" free (the driver's KiB).
-        node0 = lines[lines.index('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS'
-                                  '  LLC   MC  LOCAL') + 1].split()
+        node0 = lines[lines.index(header) + 1].split()
         self.assertEqual(['0', '8', '2048', '2'], node0[:4])
         self.assertIn('%s  512 MiB  2 vCPUs  managed, policy proportional'
                       % self.floating.name(), out)
@@ -101,11 +100,17 @@ class TestOnLibvirt(StatusTestCase):
         self.assertIn('test  ', out)
         self.assertIn('    plan  ', out)
         self.assertIn('NEXT REBALANCING MOVES', out)
-        self.assertIn('RML, remote-access latency level:', out)
+        self.assertIn('RML, remote-access latency: level and local/remote '
+                      'ratio', out)
+        self.assertIn('2 2.00*', out)
+        self.assertIn('Thresholds ([numa_overhead_agent] *_thresholds', out)
+        # The test driver takes perf events but never counts anything.
+        self.assertIn('libvirt returned no counter values',
+                      ' '.join(out.split()))
 
     def test_json(self):
         rc = self.run_status('--connect', URI, '--format', 'json',
-                             '--samples', '1', '--interval', '0')
+                             '--sample', '0')
         self.assertEqual(0, rc, self.stderr.getvalue())
         data = json.loads(self.stdout.getvalue())
         self.assertEqual(URI, data['uri'])
@@ -130,8 +135,56 @@ class TestOnLibvirt(StatusTestCase):
         self.assertIsNone(pinned['plan_mb_per_node'])
         self.assertFalse(guests['test']['managed'])
         self.assertEqual([], data['rebalance_moves'])
-        self.assertEqual('1.0', data['report']['version'])
+        self.assertEqual('1.1', data['report']['version'])
         self.assertEqual(2, len(data['report']['nodes']))
+        self.assertEqual('proportional', data['report']['planned']['policy'])
+
+    def test_novas_placement_the_agents_restriction_and_last_action(self):
+        # The running agent placed the floating guest and kept its record
+        # in the guest's metadata; status shows it.
+        from nova_numa_overhead.compute import agent as agent_mod
+        from nova_numa_overhead.compute import libvirt_driver
+        from tests.unit.compute import test_agent
+        self.flags(group='numa_overhead_agent', enforcement='nodeset',
+                   reserve_mb=64)
+        hv = libvirt_driver.LibvirtHypervisor(URI)
+        self.addCleanup(hv.close)
+        self.useFixture(fixtures.MockPatchObject(
+            hv, 'free_memory_mb', autospec=True, return_value=[1536, 3072]))
+        agent = agent_mod.Agent(self.conf, hv, test_agent.FakePublisher(),
+                                'cmp-status')
+        agent.cycle()
+        decision = agent.decisions[self.floating.name()]
+        self.assertEqual('restricted', decision.action, decision.reason)
+        restricted = sorted(decision.plan)
+        conf = self.write_conf('[DEFAULT]\nhost = cmp-status\n')
+        rc = self.run_status('--connect', URI, '--format', 'json',
+                             '--sample', '0', '--config-file', conf)
+        self.assertEqual(0, rc, self.stderr.getvalue())
+        guests = {g['name']: g for g in json.loads(
+            self.stdout.getvalue())['guests']}
+        floating = guests[self.floating.name()]
+        self.assertFalse(floating['recorded_elsewhere'])
+        self.assertEqual(([], []), (floating['nova_nodes'],
+                                    floating['nova_cpus']))
+        self.assertEqual(restricted, floating['agent_nodes'])
+        self.assertEqual(restricted, floating['allowed_nodes'])
+        self.assertEqual('restricted', floating['last_action'])
+        self.assertTrue(floating['last_outcome'].startswith('ok: policy'))
+        self.assertEqual('cmp-status', floating['recorded_on'])
+        pinned = guests[self.pinned.name()]
+        self.assertIsNone(pinned['last_action'])
+        self.stdout.seek(0)
+        self.stdout.truncate()
+        self.assertEqual(0, self.run_status('--connect', URI, '--sample',
+                                            '0', '--config-file', conf))
+        out = ' '.join(self.stdout.getvalue().split())
+        self.assertIn('nova allows nodes all, CPUs all; agent restricts to '
+                      'nodes %s last' % ','.join(
+                          str(n) for n in restricted), out)
+        self.assertIn('agent restricts to nothing', out)
+        self.assertIn('last restricted at ', out)
+        self.assertIn('last no action recorded by the agent', out)
 
     def test_config_file_and_nothing_changes(self):
         before = self.floating.numaParameters()
@@ -151,6 +204,23 @@ class TestOnLibvirt(StatusTestCase):
         self.assertEqual(before, self.floating.numaParameters())
         perf = self.floating.perfEvents()
         self.assertFalse(any(perf.values()), perf)
+
+    def test_perf_events_the_agent_enabled_stay_on(self):
+        events = {'cpu_cycles': True, 'instructions': True}
+        self.floating.setPerfEvents(events, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        rc = self.run_status('--connect', URI, '--format', 'json',
+                             '--sample', '0')
+        self.assertEqual(0, rc, self.stderr.getvalue())
+        guests = {g['name']: g for g in
+                  json.loads(self.stdout.getvalue())['guests']}
+        self.assertEqual('already on',
+                         guests[self.floating.name()]['perf_events'])
+        self.assertEqual('enabled while sampling',
+                         guests['test']['perf_events'])
+        perf = self.floating.perfEvents()
+        self.assertTrue(perf['cpu_cycles'] and perf['instructions'], perf)
+        test_perf = self.conn.lookupByName('test').perfEvents()
+        self.assertFalse(any(test_perf.values()), test_perf)
 
 
 class TestErrors(StatusTestCase):
@@ -254,13 +324,104 @@ class TestOnAFakeHost(StatusTestCase):
         self.assertEqual([], self.hv.moves)
         self.assertEqual({}, self.hv.nodesets)
         self.assertEqual({}, self.hv.pins)
-        self.assertEqual(set(), self.hv.enabled)
+        self.assertEqual(set(), self.hv.enabled)   # enabled, then off
         self.assertEqual({'hot': {0: 8 * GIB}, 'cool': {2: GIB}},
                          self.hv.memory)
         text = status.render(data)
         self.assertIn('  hot: ', text)
         self.assertEqual([], [line for line in text.splitlines()
                               if len(line) > 80])
+
+    def test_raw_values_next_to_levels_and_thresholds(self):
+        data = self.collect()
+        node0 = data['nodes'][0]
+        # Cycle loss 0.9 is at or above all four MC thresholds; hit rate
+        # 0.2 is LLC contention 0.8.
+        self.assertAlmostEqual(0.9, node0['mc_cycle_loss'], places=3)
+        self.assertAlmostEqual(0.8, node0['llc_contention'], places=3)
+        self.assertEqual(3, node0['llc'])
+        self.assertIsNone(data['nodes'][1]['mc_cycle_loss'])
+        self.assertEqual([0.55, 0.65, 0.75, 0.85], data['thresholds']['llc'])
+        self.assertEqual(['static'] * 3, [
+            src for j, src in enumerate(data['rml_source'][0]) if j])
+        self.assertAlmostEqual(2.1, data['rml_ratio'][0][1])
+        hot = {g['name']: g for g in data['guests']}['hot']
+        self.assertAlmostEqual(0.9, hot['cycle_loss'], places=3)
+        self.assertAlmostEqual(0.3, hot['ipc'], places=3)
+        # 300,000 instructions per simulated second.
+        self.assertEqual(300000, hot['instructions_per_s'])
+        text = status.render(data)
+        self.assertIn('   0     8      65536      57344       1    3   0.80'
+                      '    4   0.90      7', text)
+        self.assertIn('cool  1024 MiB', text)
+        self.assertIn('no cycles counted (idle?), 0 instructions/s', text)
+        self.assertIn('LLC hit rate 0.20, cycle loss 0.90, IPC 0.30, 3e+05 '
+                      'instructions/s', text)
+        self.assertIn('LLC 0.55 0.65 0.75 0.85; MC 0.7 0.75 0.8 0.85', text)
+
+    def test_perf_events_on_for_the_sampling_only(self):
+        self.hv.enabled.add('cool')     # as the agent would have left it
+        calls = []
+        real = self.hv.enable_counters
+        self.hv.enable_counters = lambda d: calls.append(d.name) or real(d)
+        data = self.collect()
+        self.assertEqual(['hot'], calls)
+        guests = {g['name']: g for g in data['guests']}
+        self.assertEqual('enabled while sampling',
+                         guests['hot']['perf_events'])
+        self.assertEqual('already on', guests['cool']['perf_events'])
+        # Turned off again; the agent's own stay on.
+        self.assertEqual({'cool'}, self.hv.enabled)
+
+    def test_perf_events_left_alone_when_asked(self):
+        data = status.collect(self.conf, 'fake://', samples=2, interval=0,
+                              hypervisor=self.hv, sleep=self.sleep,
+                              clock=lambda: self.now, perf_events=False)
+        self.assertEqual(set(), self.hv.enabled)
+        self.assertIn('--no-perf-events', data['guests'][0]['perf_events'])
+
+    def test_perf_events_refused_says_why(self):
+        self.hv.enable_counters = lambda d: False
+        self.hv.counters_error = 'perf_event_paranoid is 4'
+        self.hv.counter.clear()
+        self.hv.run = lambda *a: None
+        data = self.collect()
+        notes = ' '.join(data['notes'])
+        self.assertIn('Perf events could not be enabled on cool, hot '
+                      '(perf_event_paranoid is 4)', notes)
+        self.assertIn('No guest has hardware counters', notes)
+
+    def test_no_stall_event_is_said(self):
+        def sleep(seconds):
+            self.hv.run('hot', 300000, 1000000, 100000, 80000, 0)
+            self.now += 1
+        data = status.collect(self.conf, 'fake://', samples=3, interval=1,
+                              hypervisor=self.hv, sleep=sleep,
+                              clock=lambda: self.now)
+        self.assertIn('no stalled-cycles-backend count',
+                      ' '.join(data['notes']))
+
+    def test_sample_seconds(self):
+        self.assertEqual(2, status.sample_count(1, 1))
+        self.assertEqual(11, status.sample_count(10, 1))
+        self.assertEqual(5, status.sample_count(2, 0.5))
+        self.assertEqual(2, status.sample_count(0, 1))
+        self.assertEqual(2, status.sample_count(5, 0))
+
+    def test_the_window_holds_every_sample(self):
+        self.flags(group='numa_overhead_agent', window_size=2)
+        reads = [0.9, 0.9, 0.9, 0.1, 0.1, 0.1]
+
+        def sleep(seconds):
+            stalls = int(reads.pop(0) * 1000000)
+            self.hv.run('hot', 300000, 1000000, 100000, 80000, stalls)
+            self.now += 1
+        data = status.collect(self.conf, 'fake://', samples=7, interval=1,
+                              hypervisor=self.hv, sleep=sleep,
+                              clock=lambda: self.now)
+        # The mean of all six intervals, not of the last two.
+        self.assertAlmostEqual(0.5, data['nodes'][0]['mc_cycle_loss'],
+                               places=3)
 
     def test_big_host_fits_80_columns(self):
         self.hv = fakes.FakeHypervisor(nodes=32, memory_mb=1024 * GIB)
