@@ -39,7 +39,15 @@ from nova_numa_overhead.compute import privsep
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 DOC = os.path.join(TOP, 'doc', 'source', 'admin', 'deployment.rst')
-CONTEXT = 'nova_numa_overhead.compute.privsep.numa_overhead_pctxt'
+PREFIX = 'nova_numa_overhead.compute.privsep.'
+CONTEXT = PREFIX + 'numa_overhead_pctxt'
+# The two helpers: context name -> (option group, rootwrap filter name).
+HELPERS = {
+    'numa_overhead_pctxt': ('numa_overhead_privileged',
+                            'numa-overhead-privsep'),
+    'numa_overhead_cgroup_pctxt': ('numa_overhead_cgroups',
+                                   'numa-overhead-cgroups'),
+}
 # What the guide used to say: it admits anything after the socket path.
 OLD_SUDOERS = ('nova ALL=(root) NOPASSWD: /usr/local/bin/privsep-helper '
                '--config-file /etc/nova/nova.conf --privsep_context %s '
@@ -51,16 +59,17 @@ def doc_lines() -> list:
         return [line.strip() for line in f]
 
 
-def sudoers_rule() -> str:
+def sudoers_rule(context: str) -> str:
     rules = [line for line in doc_lines()
-             if line.startswith('nova ALL=(root) NOPASSWD:')]
+             if line.startswith('nova ALL=(root) NOPASSWD:') and
+             (r'privsep\.%s ' % context) in line]
     assert len(rules) == 1, rules
     return rules[0]
 
 
-def rootwrap_filter() -> filters.CommandFilter:
+def rootwrap_filter(name: str) -> filters.CommandFilter:
     lines = [line for line in doc_lines()
-             if line.startswith('numa-overhead-privsep:')]
+             if line.startswith(name + ':')]
     assert len(lines) == 1, lines
     kind, *args = [part.strip() for part in
                    lines[0].split(':', 1)[1].split(',')]
@@ -80,25 +89,27 @@ def helper_commands() -> dict:
 class PrivsepCommand(fixtures.Fixture):
     """The command oslo.privsep runs for one ``helper_command``."""
 
-    def __init__(self, helper_command):
+    def __init__(self, helper_command, context='numa_overhead_pctxt'):
         super().__init__()
         self.helper_command = helper_command
+        self.context = context
 
     def _setUp(self):
         conf = self.useFixture(config_fixture.Config(cfg.CONF))
         conf.config(helper_command=self.helper_command,
-                    group='numa_overhead_privileged')
+                    group=HELPERS[self.context][0])
         # As oslo.privsep's RootwrapClientChannel makes it.
         tmpdir = tempfile.mkdtemp()
         self.addCleanup(os.rmdir, tmpdir)
         self.sock = os.path.join(tmpdir, 'privsep.sock')
-        self.argv = privsep.numa_overhead_pctxt.helper_command(self.sock)
+        self.argv = getattr(privsep, self.context).helper_command(self.sock)
 
 
-def attacks(argv, sock) -> dict:
+def attacks(argv, sock, context='numa_overhead_pctxt') -> dict:
     """The review's forms, and a few more: name -> argv."""
     def replaced(old, new):
         return [new if arg == old else arg for arg in argv]
+    other, = set(HELPERS) - {context}
     return {
         'extra --log-config-append': argv + ['--log-config-append',
                                              '/tmp/evil.conf'],
@@ -106,7 +117,9 @@ def attacks(argv, sock) -> dict:
         'extra --config-dir': argv + ['--config-dir', '/tmp'],
         'config file path traversal': replaced(
             '/etc/nova/nova.conf', '/etc/nova/../../tmp/x.conf'),
-        'another context': replaced(CONTEXT, 'os_brick.privileged.default'),
+        'another context': replaced(PREFIX + context,
+                                    'os_brick.privileged.default'),
+        'our other context': replaced(PREFIX + context, PREFIX + other),
         'socket path traversal': replaced(
             sock, '/tmp/tmpabcdefgh/../../run/x.sock'),
         'arguments inside the socket path': replaced(
@@ -118,23 +131,31 @@ def attacks(argv, sock) -> dict:
 
 class TestRootwrapFilter(testtools.TestCase):
 
+    context = 'numa_overhead_pctxt'
+
     def setUp(self):
         super().setUp()
         command = self.useFixture(PrivsepCommand(
-            helper_commands()['rootwrap']))
+            helper_commands()['rootwrap'], self.context))
         prefix = ['sudo', 'nova-rootwrap', '/etc/nova/rootwrap.conf']
         self.assertEqual(prefix, command.argv[:3])
         # What nova-rootwrap matches: the command after its config file.
         self.argv = command.argv[3:]
         self.sock = command.sock
-        self.filter = rootwrap_filter()
+        self.filter = rootwrap_filter(HELPERS[self.context][1])
 
     def test_admits_the_helper(self):
         self.assertTrue(self.filter.match(self.argv), self.argv)
 
     def test_refuses_the_attacks(self):
-        for name, argv in attacks(self.argv, self.sock).items():
+        for name, argv in attacks(self.argv, self.sock,
+                                  self.context).items():
             self.assertFalse(self.filter.match(argv), name)
+
+
+class TestRootwrapFilterCgroups(TestRootwrapFilter):
+
+    context = 'numa_overhead_cgroup_pctxt'
 
 
 def sudo_version():
@@ -172,6 +193,8 @@ for argv in json.load(open(os.path.join(work, 'commands.json'))):
 
 class TestSudoersRule(testtools.TestCase):
 
+    context = 'numa_overhead_pctxt'
+
     def setUp(self):
         super().setUp()
         if os.geteuid() != 0:
@@ -182,7 +205,8 @@ class TestSudoersRule(testtools.TestCase):
                           'in sudoers), found %s' % (version,))
         if shutil.which('unshare') is None:
             self.skipTest('needs unshare (util-linux)')
-        command = self.useFixture(PrivsepCommand(helper_commands()['sudo']))
+        command = self.useFixture(PrivsepCommand(helper_commands()['sudo'],
+                                                 self.context))
         self.assertEqual('sudo', command.argv[0])
         self.argv = command.argv[1:]
         self.sock = command.sock
@@ -217,8 +241,8 @@ class TestSudoersRule(testtools.TestCase):
         return [answer == 'ok' for answer in answers]
 
     def test_the_rule_admits_the_helper_and_nothing_else(self):
-        cases = attacks(self.argv, self.sock)
-        answers = self.admitted(sudoers_rule(),
+        cases = attacks(self.argv, self.sock, self.context)
+        answers = self.admitted(sudoers_rule(self.context),
                                 [self.argv] + list(cases.values()))
         self.assertTrue(answers[0], 'the helper itself is refused: %s'
                         % shlex.join(self.argv))
@@ -232,6 +256,14 @@ class TestSudoersRule(testtools.TestCase):
         injected = attacks(self.argv, self.sock)['extra --log-config-append']
         self.assertEqual([True, True], self.admitted(rule, [self.argv,
                                                             injected]))
+
+
+class TestSudoersRuleCgroups(TestSudoersRule):
+
+    context = 'numa_overhead_cgroup_pctxt'
+
+    def test_the_old_rule_admitted_the_injection(self):
+        self.skipTest('the old rule was for the page mover only')
 
 
 class TestCapabilitiesDocumented(testtools.TestCase):

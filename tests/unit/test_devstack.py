@@ -180,9 +180,10 @@ class TestPostConfig(DevstackPluginTestCase):
         self.assertEqual('advisory', agent.enforcement)
         self.assertEqual('floating', agent.managed_guests)
         self.assertIsNone(agent.topology_file)
-        self.assertEqual('sudo %s/privsep-helper --config-file %s'
-                         % (BIN_DIR, self.cpu_conf),
-                         conf.numa_overhead_privileged.helper_command)
+        helper = 'sudo %s/privsep-helper --config-file %s' % (
+            BIN_DIR, self.cpu_conf)
+        self.assertEqual(helper, conf.numa_overhead_privileged.helper_command)
+        self.assertEqual(helper, conf.numa_overhead_cgroups.helper_command)
         self.assertTrue(os.path.isdir(self.state_dir))
         # Reports go to the schedulers' (API-level) broker, which
         # nova-cpu.conf's [DEFAULT] transport_url will not be in cells v2.
@@ -267,6 +268,7 @@ class TestPostConfig(DevstackPluginTestCase):
         conf = self.load_conf()
         self.assertIn(FILTER, conf.filter_scheduler.available_filters)
         self.assertIsNone(conf.numa_overhead_privileged.helper_command)
+        self.assertIsNone(conf.numa_overhead_cgroups.helper_command)
 
 
 class TestServices(DevstackPluginTestCase):

@@ -525,9 +525,14 @@ class Scenario:
             if specs.get(key) != value:
                 raise StepFailed('domain XML lacks extraSpec %s' % prop)
         found = agent.wait_for(
-            r'Placement of %s: (\w+), policy proportional, max_nodes 2'
-            % re.escape(domain), 60, 'placement of %s' % domain)
+            r'Placement of %s: (\w+), ' % re.escape(domain), 60,
+            'placement of %s' % domain)
         say('> agent: ' + short(found[1], 200), 6)
+        if found[0].group(1) == 'failed':
+            raise StepFailed('the placement failed: %s'
+                             % short(found[1], 300))
+        if 'policy proportional, max_nodes 2' not in found[1]:
+            raise StepFailed('the placement ignored the extra specs')
         if found[0].group(1) not in ('restricted', 'moved'):
             raise StepFailed('placement %s, expected restricted or moved '
                              '(enforcement=pages)' % found[0].group(1))
