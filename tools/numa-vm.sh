@@ -319,13 +319,20 @@ group = "root"
 EOF
     # No default network (no dnsmasq, no iptables in the VM).
     rm -f /etc/libvirt/qemu/networks/autostart/*.xml
-    virtlogd -d
-    libvirtd -d
+    pgrep -x virtlogd >/dev/null || virtlogd -d
+    pgrep -x libvirtd >/dev/null || libvirtd -d
     for _ in $(seq 1 300); do
-        [ -S /run/libvirt/libvirt-sock ] && return
+        # The socket comes first; a driver that fails to start ends the
+        # daemon (and removes it) a moment later.
+        if [ -S /run/libvirt/libvirt-sock ]; then
+            sleep 1
+            pgrep -x libvirtd >/dev/null && return
+            break
+        fi
         sleep 0.1
     done
-    fail "libvirtd did not open /run/libvirt/libvirt-sock in 30 s"
+    tail -n 20 /var/log/libvirt/libvirtd.log >&2 2>/dev/null || true
+    fail "libvirtd did not start (its log above)"
 }
 
 case "${1:-}" in
