@@ -78,7 +78,16 @@ class LibvirtTestCase(base.TestCase):
         subprocess.run([os.path.join(TOP, 'tools', 'numa-vm.sh'),
                         '--libvirtd'], check=True, timeout=120)
         self.useFixture(base.Privsep())
-        self.conn = libvirt.open(URI)
+        try:
+            self.conn = libvirt.open(URI)
+        except libvirt.libvirtError as e:
+            # Say why: libvirtd's own log (a driver that failed to start).
+            try:
+                with open('/var/log/libvirt/libvirtd.log') as f:
+                    tail = f.read().splitlines()[-5:]
+            except OSError:
+                tail = []
+            self.fail('%s; libvirtd.log ends with:\n%s' % (e, '\n'.join(tail)))
         self.addCleanup(self.conn.close)
         self.hv = libvirt_driver.LibvirtHypervisor(
             URI, mover=pages.PageMover())
