@@ -205,8 +205,12 @@ class Agent:
         from nova_numa_overhead.compute import probe
         error = None
         try:
-            matrix = probe.load(path, nodes=[n.id for n in topology.nodes])
-            args = probe.as_topology_args(matrix) if matrix else None
+            # Nodes without CPUs (memory-only) have no row to measure.
+            cpu_less = [n.id for n in topology.nodes if not n.cpus]
+            matrix = probe.load(path, nodes=[n.id for n in topology.nodes],
+                                cpu_less=cpu_less)
+            args = (probe.as_topology_args(matrix, cpu_less) if matrix
+                    else None)
         except (OSError, ValueError) as exc:
             error = exc
         if error is not None:

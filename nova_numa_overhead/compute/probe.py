@@ -26,7 +26,10 @@ Row = CPU node, column = memory node, as in
 be measured (node offline or without memory, ``set_mempolicy`` refused by
 seccomp, child killed...) is NaN and logged; :func:`save` writes it as
 ``null`` and :func:`load` refuses such a file, so the agent falls back to
-SLIT rather than use a partial matrix.
+SLIT rather than use a partial matrix. The one exception is the row of a
+node without CPUs (memory-only, CXL): no guest runs there, so nothing
+reads from it; :func:`load` accepts it as wholly ``null`` when told which
+nodes have no CPUs, and keeps it as None.
 
 Only the measuring child needs numpy; it is imported there, so loading and
 saving matrices work without it.
@@ -432,13 +435,18 @@ def save(matrix: Matrix, path: str) -> None:
         raise
 
 
-def _check_cells(name, rows, nodes):
-    """Raise ValueError unless ``rows`` is N x N of positive numbers."""
+def _check_cells(name, rows, nodes, cpu_less=()):
+    """Raise ValueError unless ``rows`` is N x N of positive numbers.
+
+    The row of a node in ``cpu_less`` may instead be None or all None.
+    """
     n = len(nodes)
     if not isinstance(rows, (list, tuple)) or len(rows) != n:
         raise ValueError('%s: expected %d rows (one per node), got %s'
                          % (name, n, _length(rows)))
     for a, row in enumerate(rows):
+        if nodes[a] in cpu_less and _empty_row(row, n):
+            continue
         if not isinstance(row, (list, tuple)) or len(row) != n:
             raise ValueError('%s[%d]: expected %d values, got %s'
                              % (name, a, n, _length(row)))
@@ -452,13 +460,25 @@ def _check_cells(name, rows, nodes):
                                             what))
 
 
+def _empty_row(row, n) -> bool:
+    return row is None or (isinstance(row, (list, tuple)) and
+                           len(row) == n and all(v is None for v in row))
+
+
+def _rows(rows):
+    """Rows as floats; a row without any value (CPU-less node) as None."""
+    return [None if row is None or all(v is None for v in row)
+            else [float(v) for v in row] for row in rows]
+
+
 def _length(value):
     if isinstance(value, (list, tuple)):
         return '%d' % len(value)
     return 'a %s' % type(value).__name__
 
 
-def load(path: str, nodes: list[int] | None = None) -> Matrix | None:
+def load(path: str, nodes: list[int] | None = None,
+         cpu_less=()) -> Matrix | None:
     """Read a matrix written by :func:`save`; None if there is no file.
 
     Raises ValueError naming the problem for anything else than a complete
@@ -466,7 +486,9 @@ def load(path: str, nodes: list[int] | None = None) -> Matrix | None:
     non-negative integers (or differ from ``nodes``, the host's node ids,
     when given), a matrix that is not square over the nodes, a cell that
     is missing, NaN or not positive. The agent then keeps SLIT rather than
-    trust part of a measurement.
+    trust part of a measurement. Rows of the nodes in ``cpu_less`` (the
+    host's nodes without CPUs) may be wholly ``null``: they are None in
+    the matrix.
     """
     try:
         with open(path) as f:
@@ -505,17 +527,16 @@ def load(path: str, nodes: list[int] | None = None) -> Matrix | None:
         raise ValueError('%s: measured_at must be a string' % path)
     for name in ('latency_ns', 'bandwidth_mbps'):
         try:
-            _check_cells(name, data[name], ids)
+            _check_cells(name, data[name], ids, cpu_less)
         except ValueError as e:
             raise ValueError('%s: %s' % (path, e))
     return Matrix(
-        latency_ns=[[float(v) for v in row] for row in data['latency_ns']],
-        bandwidth_mbps=[[float(v) for v in row]
-                        for row in data['bandwidth_mbps']],
+        latency_ns=_rows(data['latency_ns']),
+        bandwidth_mbps=_rows(data['bandwidth_mbps']),
         nodes=list(ids), measured_at=data['measured_at'], size_mb=size_mb)
 
 
-def as_topology_args(matrix: Matrix) -> dict:
+def as_topology_args(matrix: Matrix, cpu_less=()) -> dict:
     """``latency_ns`` and ``bandwidth_mbps`` as tuples of tuples.
 
     For :class:`nova_numa_overhead.compute.hypervisor.HostTopology` and
@@ -523,13 +544,15 @@ def as_topology_args(matrix: Matrix) -> dict:
     by position: the caller checks that ``matrix.nodes`` are its nodes in
     the same order (``load(path, nodes=...)`` does). Raises ValueError for
     a matrix with a NaN or non-positive cell, which would turn every
-    remote-latency level it touches into nonsense.
+    remote-latency level it touches into nonsense; the rows of the nodes
+    in ``cpu_less`` may be None (see :func:`load`) and stay None.
     """
+    nodes = list(matrix.nodes)
     for name in ('latency_ns', 'bandwidth_mbps'):
-        _check_cells(name, getattr(matrix, name), list(matrix.nodes))
-    return {
-        'latency_ns': tuple(tuple(float(v) for v in row)
-                            for row in matrix.latency_ns),
-        'bandwidth_mbps': tuple(tuple(float(v) for v in row)
-                                for row in matrix.bandwidth_mbps),
-    }
+        _check_cells(name, getattr(matrix, name), nodes, cpu_less)
+
+    def rows(matrix_rows):
+        return tuple(None if row is None else tuple(float(v) for v in row)
+                     for row in matrix_rows)
+    return {'latency_ns': rows(matrix.latency_ns),
+            'bandwidth_mbps': rows(matrix.bandwidth_mbps)}

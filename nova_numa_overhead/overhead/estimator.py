@@ -95,7 +95,9 @@ class Topology:
     ``distances`` is the SLIT matrix (10 = local). ``latency_ns`` and
     ``bandwidth_mbps`` are measured matrices (row = CPU node, column =
     memory node), either may be absent; when present they replace SLIT for
-    the static remote-latency ratio, latency first.
+    the static remote-latency ratio, latency first. The row of a node
+    without CPUs may be None (nothing runs there to measure from): SLIT
+    answers for it.
     """
 
     distances: tuple
@@ -110,14 +112,12 @@ class Topology:
         """How many times slower memory on ``node`` is than local memory."""
         if local == node:
             return 1.0
-        if self.latency_ns is not None:
-            base = self.latency_ns[local][local]
-            if base > 0:
-                return self.latency_ns[local][node] / base
-        if self.bandwidth_mbps is not None:
-            remote = self.bandwidth_mbps[local][node]
-            if remote > 0:
-                return self.bandwidth_mbps[local][local] / remote
+        row = self.latency_ns[local] if self.latency_ns else None
+        if row is not None and row[local] > 0:
+            return row[node] / row[local]
+        row = self.bandwidth_mbps[local] if self.bandwidth_mbps else None
+        if row is not None and row[node] > 0:
+            return row[local] / row[node]
         base = self.distances[local][local] or 10
         return self.distances[local][node] / base
 

@@ -22,6 +22,7 @@ import os
 import fixtures
 
 from nova_numa_overhead.cmd import main
+from nova_numa_overhead.compute import probe
 from tests.numa import base
 
 
@@ -46,3 +47,7 @@ class TestProbe(base.TestCase):
             for row in rows[:2]:
                 self.assertTrue(all(math.isfinite(v) and v > 0
                                     for v in row), row)
+        # What the agent reads: the memory-only nodes' rows as None.
+        matrix = probe.load(path, nodes=[0, 1, 2, 3], cpu_less=[2, 3])
+        args = probe.as_topology_args(matrix, cpu_less=[2, 3])
+        self.assertEqual([None, None], list(args['latency_ns'][2:]))

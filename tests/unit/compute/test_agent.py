@@ -11,6 +11,7 @@
 # under the License.
 
 import dataclasses
+import math
 import threading
 
 import fixtures
@@ -712,6 +713,26 @@ class TestMeasuredTopology(AgentTestCase):
         agent = self.make_agent()
         agent.cycle()
         self.assertEqual([[0, 1], [3, 0]], agent.levels.rml)
+
+    def test_probe_matrix_with_a_memory_only_node(self):
+        from nova_numa_overhead.compute import probe
+        path = self.useFixture(fixtures.TempDir()).join('topology.json')
+        # Node 1 has memory but no CPU: the probe cannot measure its row.
+        probe.save(probe.Matrix(
+            latency_ns=[[100.0, 260.0], [math.nan, math.nan]],
+            bandwidth_mbps=[[1e4, 4e3], [math.nan, math.nan]],
+            nodes=[0, 1], measured_at='2026-11-22', size_mb=256), path)
+        self.flags(group='numa_overhead_agent', topology_file=path)
+        self.hv = fakes.FakeHypervisor(nodes=2)
+        topology = self.hv._topology
+        self.hv._topology = dataclasses.replace(topology, nodes=(
+            topology.nodes[0], dataclasses.replace(topology.nodes[1],
+                                                   cpus=())))
+        agent = self.make_agent()
+        agent.cycle()
+        # Node 0's row is measured (2.6x: level 3); node 1's is SLIT's.
+        self.assertEqual([[0, 3], [2, 0]], agent.levels.rml)
+        self.assertNotIn('using SLIT', self.logger.output)
 
     def test_bad_or_missing_file_falls_back_to_slit(self):
         path = self.useFixture(fixtures.TempDir()).join('topology.json')

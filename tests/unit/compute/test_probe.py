@@ -221,6 +221,25 @@ class TestFiles(base.TestCase):
         self.assertIn('latency_ns[1][0] (CPU node 1, memory node 0) is '
                       'missing', str(e))
 
+    def test_cpu_less_node_row_may_be_null(self):
+        # The probe's output on a host whose node 1 has memory only.
+        probe.save(probe.measure({0: [0, 1], 1: []}, runner=amd_runner),
+                   self.path)
+        e = self.assertRaises(ValueError, probe.load, self.path)
+        self.assertIn('latency_ns[1][0] (CPU node 1, memory node 0) is '
+                      'missing', str(e))
+        matrix = probe.load(self.path, nodes=[0, 1], cpu_less=[1])
+        self.assertEqual([[100.0, 160.0], None], matrix.latency_ns)
+        self.assertIsNone(matrix.bandwidth_mbps[1])
+        args = probe.as_topology_args(matrix, cpu_less=[1])
+        self.assertEqual(((100.0, 160.0), None), args['latency_ns'])
+        self.assertRaises(ValueError, probe.as_topology_args, matrix)
+        # Only whole rows, and only of nodes without CPUs.
+        data = valid_file_data(latency_ns=[[100.0, 160.0], [None, 110.0]])
+        self.assertRejected(data, 'latency_ns[1][0]', cpu_less=[1])
+        data = valid_file_data(latency_ns=[[None, None], [220.0, 110.0]])
+        self.assertRejected(data, 'latency_ns[0][0]', cpu_less=[1])
+
     def test_save_replaces_an_existing_file(self):
         self.write('old')
         probe.save(probe.measure(TWO_NODES, runner=amd_runner), self.path)
