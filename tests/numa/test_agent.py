@@ -169,3 +169,31 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
         for move in moves:
             self.assertGreater(where.get(move.dst, 0), 0, (moves, where))
         self.assertEqual({}, dict(agent.failures))
+
+    def test_rebalancer_exchanges_with_a_full_node(self):
+        self.flags(group='numa_overhead_agent', rebalance_threshold=3)
+        hot = self.guest('hot', [(0, 64)], 0,
+                         {'numa_overhead:policy': 'local'})
+        cold = self.guest('cold', [(1, 64)], 1,
+                          {'numa_overhead:policy': 'local'})
+        agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm')
+        for _ in range(3):
+            # hot: memory-controller bound; cold: idle.
+            self.hv.run('hot', 300000, 1000000, 100000, 40000, 900000)
+            self.hv.run('cold', 1000000, 1000000, 1000, 10, 1000)
+            agent.cycle()
+        self.assertEqual({0: 64}, hot.nodes_mb())
+        self.assertEqual({1: 64}, cold.nodes_mb())
+        # Every node "full": no room above the reserve anywhere, so the
+        # rebalancer can only swap pages with a guest on the target node.
+        self.flags(group='numa_overhead_agent', reserve_mb=1 << 20)
+        moves = agent.rebalance()
+        reasons = {(m.guest, m.src, m.dst): m.reason for m in moves}
+        self.assertEqual('exchange with cold', reasons.get(('hot', 0, 1)),
+                         moves)
+        self.assertEqual('exchange with hot', reasons.get(('cold', 1, 0)),
+                         moves)
+        hot_mb, cold_mb = hot.nodes_mb(), cold.nodes_mb()
+        self.assertGreater(hot_mb.get(1, 0), 0, hot_mb)
+        self.assertGreater(cold_mb.get(0, 0), 0, cold_mb)
+        self.assertEqual({}, dict(agent.failures))
