@@ -301,6 +301,21 @@ guest() {
     done
 }
 
+# A child subreaper: starts each daemon given (``NAME -d``), then reaps
+# every process that ends up its child, forever.
+REAPER='
+import ctypes, os, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+for name in sys.argv[1:]:
+    if subprocess.run(["pgrep", "-x", name]).returncode:
+        subprocess.run([name, "-d"])
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.2)
+'
+
 # Start virtlogd and libvirtd in the VM (idempotent).
 libvirtd_up() {
     [ -e /run/numa-vm ] || fail "--libvirtd runs inside the VM only"
@@ -319,8 +334,14 @@ group = "root"
 EOF
     # No default network (no dnsmasq, no iptables in the VM).
     rm -f /etc/libvirt/qemu/networks/autostart/*.xml
-    pgrep -x virtlogd >/dev/null || virtlogd -d
-    pgrep -x libvirtd >/dev/null || libvirtd -d
+    # The daemons (and the QEMU processes libvirt daemonizes) start under a
+    # child subreaper that reaps them as soon as they exit: the VM's init
+    # does not, and libvirt took a zombie QEMU for a live one, waiting
+    # ~40 s per guest destroyed or capabilities probe.
+    if ! pgrep -x libvirtd >/dev/null; then
+        setsid python3 -c "$REAPER" virtlogd libvirtd \
+            </dev/null >/dev/null 2>&1 &
+    fi
     for _ in $(seq 1 300); do
         # The socket comes first; a driver that fails to start ends the
         # daemon (and removes it) a moment later.
