@@ -764,6 +764,11 @@ function up {
     rm -rf "$CLOUD_DIR"
     mkdir -p "$ETC" "$LOGS" "$PIDS" "$DATA"
     : > "$CREATED"
+    # QEMU runs as libvirt-qemu and opens the instance disks under $DATA.
+    if id -u libvirt-qemu > /dev/null 2>&1 &&
+            ! runuser -u libvirt-qemu -- test -x "$DATA"; then
+        die "QEMU (user libvirt-qemu) cannot reach $DATA: make its parent directories searchable (chmod o+x) or set NUMA_OVERHEAD_CLOUD_DIR elsewhere"
+    fi
     DB_PASSWORD=$(secret database)
     RABBIT_PASSWORD=$(secret rabbit)
     SERVICE_PASSWORD=$(secret service)
