@@ -301,21 +301,6 @@ guest() {
     done
 }
 
-# A child subreaper: starts each daemon given (``NAME -d``), then reaps
-# every process that ends up its child, forever.
-REAPER='
-import ctypes, os, subprocess, sys, time
-ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-for name in sys.argv[1:]:
-    if subprocess.run(["pgrep", "-x", name]).returncode:
-        subprocess.run([name, "-d"])
-while True:
-    try:
-        os.wait()
-    except ChildProcessError:
-        time.sleep(0.2)
-'
-
 # Start virtlogd and libvirtd in the VM (idempotent).
 libvirtd_up() {
     [ -e /run/numa-vm ] || fail "--libvirtd runs inside the VM only"
@@ -339,7 +324,7 @@ EOF
     # does not, and libvirt took a zombie QEMU for a live one, waiting
     # ~40 s per guest destroyed or capabilities probe.
     if ! pgrep -x libvirtd >/dev/null; then
-        setsid python3 -c "$REAPER" virtlogd libvirtd \
+        setsid python3 "$top/tools/subreaper.py" virtlogd libvirtd \
             </dev/null >/dev/null 2>&1 &
     fi
     for _ in $(seq 1 300); do
