@@ -114,9 +114,14 @@ def run(transport_url=None, out=print) -> int:
     out('nova-numa-overhead demo: %d hosts report over oslo.messaging, '
         'one has no agent; Nova\'s filter and weigher pick\n' % len(HOSTS))
     reports = host_reports()
-    # The scheduler side starts listening (and asks for a sync) as soon as
-    # the filter first runs; start it now so the casts below land.
+    # The scheduler side starts listening (and asks for a sync) in the
+    # background when Nova loads the filter; start it now and wait for it
+    # so that the casts below land.
     received = store.get_store(conf)
+    if not store.listener().wait(REPORT_WAIT):
+        store.reset_store()
+        raise RuntimeError('the report listener did not start within %d s'
+                           % REPORT_WAIT)
     publisher = rpc.ReportPublisher(conf)
     for report in reports.values():
         publisher.publish(report)

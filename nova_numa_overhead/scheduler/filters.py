@@ -62,6 +62,10 @@ class NUMAOverheadFilter(filters.BaseHostFilter):
     def __init__(self):
         super().__init__()
         plugin_conf.register_opts(CONF)
+        # The report listener starts now, in the background (a forked
+        # worker starts its own on its first request); requests never wait
+        # for it.
+        store.start(CONF)
 
     def filter_all(self, filter_obj_list, spec_obj):
         hosts = list(filter_obj_list)

@@ -38,6 +38,7 @@ readers (the filter and the weigher, in any number of threads) never take
 it. An entry is replaced whole, never changed, except for its caches.
 """
 
+import atexit
 import math
 import os
 import threading
@@ -564,39 +565,126 @@ class Query:
         return out
 
 
+class Listener:
+    """The process's report listener, started by a thread of its own.
+
+    Starting it (connecting to the broker, declaring the fanout queue,
+    asking every agent for a fresh report) can take as long as the broker
+    is away, so nothing a scheduling request does waits for it: the thread
+    tries, logs a failure once (then at DEBUG) and tries again after 1, 2,
+    4... up to ``MAX_BACKOFF`` seconds, until it is listening or stopped.
+    """
+
+    MAX_BACKOFF = 60.0
+
+    def __init__(self, conf, store, start=None):
+        self.conf = conf
+        self.store = store
+        self._start = start
+        self._stopped = threading.Event()
+        self._listening = threading.Event()
+        self._thread = None
+        self.failures = 0
+
+    def start(self) -> None:
+        """Start the thread and return at once."""
+        self._thread = threading.Thread(
+            target=self._run, name='numa-overhead-report-listener',
+            daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        start = self._start
+        if start is None:
+            from nova_numa_overhead import rpc
+            start = rpc.start_scheduler_listener
+        delay = 1.0
+        while not self._stopped.is_set():
+            error = None
+            try:
+                start(self.conf, self.store)
+            except Exception as exc:
+                error = exc
+            if error is None:
+                self._listening.set()
+                return
+            self.failures += 1
+            LOG.log(logging.WARNING if self.failures == 1 else logging.DEBUG,
+                    'Could not start the NUMA overhead report listener '
+                    '(%(exc)s); hosts count as unknown until it starts, '
+                    'next try in %(delay)d s', {'exc': error,
+                                                'delay': delay})
+            self._stopped.wait(delay)
+            delay = min(delay * 2, self.MAX_BACKOFF)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until it listens (demo, tests); True if it does."""
+        return self._listening.wait(timeout)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        from nova_numa_overhead import rpc
+        rpc.stop_listeners()
+
+
 _STORE = None
 _STORE_PID = None
+_LISTENER = None
 _STORE_LOCK = threading.Lock()
 
 
 def get_store(conf) -> ReportStore:
-    """This process's store, listening for reports from its first use.
+    """This process's store; its listener starts in the background.
 
-    A forked scheduler worker gets a store and a listener of its own. A
-    listener that cannot start is logged; the store then stays empty and
-    the filter and weigher treat every host as unknown.
+    Called when Nova constructs the filter and the weigher, and by every
+    request. The first call in a process (a forked scheduler worker gets a
+    store of its own) starts the :class:`Listener` thread and returns at
+    once: it never touches the broker. Until reports arrive, the filter
+    and weigher treat every host as unknown.
     """
-    global _STORE, _STORE_PID
+    global _STORE, _STORE_PID, _LISTENER
     pid = os.getpid()
     if _STORE is not None and _STORE_PID == pid:
         return _STORE
     with _STORE_LOCK:
         if _STORE is None or _STORE_PID != pid:
             store = ReportStore(conf)
-            from nova_numa_overhead import rpc
-            try:
-                rpc.start_scheduler_listener(conf, store)
-            except Exception:
-                LOG.exception('Could not start the NUMA overhead report '
-                              'listener; hosts count as unknown')
-            _STORE, _STORE_PID = store, pid
+            listener = Listener(conf, store)
+            listener.start()
+            _STORE, _STORE_PID, _LISTENER = store, pid, listener
     return _STORE
 
 
+def start(conf) -> None:
+    """Make this process's store and start its listener; never raises."""
+    try:
+        get_store(conf)
+    except Exception:
+        LOG.exception('NUMA overhead store unavailable')
+
+
+def listener() -> 'Listener | None':
+    """This process's listener, if its store exists."""
+    return _LISTENER if _STORE_PID == os.getpid() else None
+
+
 def reset_store() -> None:
-    """Forget this process's store (tests)."""
-    global _STORE, _STORE_PID
+    """Stop this process's listener and forget its store (tests, exit)."""
+    global _STORE, _STORE_PID, _LISTENER
     from nova_numa_overhead import rpc
     with _STORE_LOCK:
+        if _LISTENER is not None:
+            _LISTENER.stop()
         rpc.stop_listeners()
-        _STORE = _STORE_PID = None
+        _STORE = _STORE_PID = _LISTENER = None
+
+
+def _stop_at_exit() -> None:
+    if _LISTENER is not None and _STORE_PID == os.getpid():
+        try:
+            _LISTENER.stop()
+        except Exception:
+            pass
+
+
+atexit.register(_stop_at_exit)

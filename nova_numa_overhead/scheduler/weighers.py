@@ -45,6 +45,10 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
         super().__init__()
         plugin_conf.register_opts(CONF)
         self._multiplier = None
+        # The report listener starts now, in the background (a forked
+        # worker starts its own on its first request); requests never wait
+        # for it.
+        store.start(CONF)
 
     def weight_multiplier(self, host_state):
         if not host_state.aggregates and self._multiplier is not None:

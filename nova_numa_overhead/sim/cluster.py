@@ -58,6 +58,8 @@ class Scheduler:
         conf.set_override('report_topic', topic, group='numa_overhead')
         store.reset_store()
         self.store = store.get_store(conf) if ours else None
+        if ours and not store.listener().wait(30):
+            raise RuntimeError('the report listener did not start in 30 s')
         self.filter_handler = nova_filters.HostFilterHandler()
         self.weight_handler = nova_weights.HostWeightHandler()
         self.filters = [filters.NUMAOverheadFilter()] if ours else []

@@ -47,8 +47,10 @@ class NUMAOverheadTestBase(base.NUMAOverheadFunctionalBase):
         # Overhead dominates Nova's other weighers in these tests.
         self.flags(weight_multiplier=10.0, group='numa_overhead')
         self.addCleanup(store_mod.reset_store)
-        # What the filter does on its first call in the scheduler worker.
+        # The scheduler service built the filter: its listener starts in
+        # the background; the reports below need it listening.
         self.store = store_mod.get_store(base.CONF)
+        self.assertTrue(store_mod.listener().wait(30))
         self.publisher = rpc.ReportPublisher(base.CONF)
         self.seq = 0
 

@@ -11,6 +11,7 @@
 # under the License.
 """Helpers for tests that run the plugin's Nova classes (no services)."""
 
+import fixtures
 import nova.conf
 from nova import objects
 from nova.scheduler import host_manager
@@ -31,6 +32,10 @@ class NovaTestCase(base.TestCase):
         self.conf = nova.conf.CONF
         plugin_conf.register_opts(self.conf)
         self.useFixture(config_fixture.Config(self.conf))
+        # No report listener thread reaches for a broker in unit tests.
+        self.useFixture(fixtures.MockPatchObject(store_mod.Listener,
+                                                 'start'))
+        self.addCleanup(store_mod.reset_store)
 
 
 def host_state(host='host1', free_ram_mb=None, num_instances=0,
