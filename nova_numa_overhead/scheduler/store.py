@@ -637,9 +637,10 @@ def get_store(conf) -> ReportStore:
     """This process's store; its listener starts in the background.
 
     Called when Nova constructs the filter and the weigher, and by every
-    request. The first call in a process (a forked scheduler worker gets a
-    store of its own) starts the :class:`Listener` thread and returns at
-    once: it never touches the broker. Until reports arrive, the filter
+    request. The first call in a process starts the :class:`Listener`
+    thread and returns at once: it never touches the broker. A forked
+    scheduler worker starts a store and listener of its own right after
+    the fork. Until reports arrive, the filter
     and weigher treat every host as unknown.
     """
     global _STORE, _STORE_PID, _LISTENER
@@ -679,6 +680,22 @@ def reset_store() -> None:
         _STORE = _STORE_PID = _LISTENER = None
 
 
+def _after_fork_in_child() -> None:
+    """A forked scheduler worker starts its own listener at once.
+
+    oslo.service forks the workers after Nova built the filter and the
+    weigher in the parent, whose listener thread does not exist in the
+    child (and whose lock may have been held at the fork).
+    """
+    global _STORE, _STORE_PID, _LISTENER, _STORE_LOCK
+    if _STORE is None:
+        return
+    conf = _STORE.conf
+    _STORE_LOCK = threading.Lock()
+    _STORE = _STORE_PID = _LISTENER = None
+    start(conf)
+
+
 def _stop_at_exit() -> None:
     if _LISTENER is not None and _STORE_PID == os.getpid():
         try:
@@ -688,3 +705,4 @@ def _stop_at_exit() -> None:
 
 
 atexit.register(_stop_at_exit)
+os.register_at_fork(after_in_child=_after_fork_in_child)

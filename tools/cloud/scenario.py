@@ -453,20 +453,8 @@ class Scenario:
         sched.pos = 0
         host = re.escape(cloud.host)
         accepted = r'Accepted NUMA overhead report (\d+) of host ' + host
-        listening = sched.find(r'Listening for NUMA overhead reports')
-        if listening is None and sched.find(accepted) is None:
-            # The scheduler starts its report listener on its first
-            # request; a request with a limit while it has no report fails
-            # as unknown_host says, and starts it.
-            say('the scheduler has no report listener yet: it starts one '
-                'on its first scheduling request', 6)
-            server = cloud.create_server('%s-first' % cloud.name,
-                                         hint=MAX_LEVEL_HINT)
-            say('> first request: %s' % server.status, 6)
-            if server.status == 'ACTIVE':
-                self.server = server
-            else:
-                cloud.delete_server(server.id)
+        # The listener starts in the background when nova-scheduler loads
+        # the filter and the weigher.
         found = sched.wait_for(r'Listening for NUMA overhead reports', 60,
                                'report listener')
         say('> nova-scheduler: ' + short(found[1]), 6)

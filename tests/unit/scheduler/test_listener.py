@@ -165,3 +165,16 @@ class TestPerProcess(base.TestCase):
         self.assertIsNot(first, second)
         self.assertEqual(2, len(self.started))
         self.assertIsNotNone(store_mod.listener())
+
+    def test_a_forked_worker_starts_its_own_at_once(self):
+        parent = store_mod.get_store(self.conf)
+        store_mod._after_fork_in_child()
+        child = store_mod.get_store(self.conf)
+        self.assertIsNot(parent, child)
+        self.assertIs(self.conf, child.conf)
+        self.assertEqual(2, len(self.started))
+
+    def test_fork_without_a_store_starts_nothing(self):
+        store_mod._after_fork_in_child()
+        self.assertEqual([], self.started)
+        self.assertIsNone(store_mod.listener())
