@@ -225,3 +225,14 @@ class Hypervisor(metaclass=abc.ABCMeta):
 
     def close(self) -> None:
         """Release the connection."""
+
+
+def helper_not_started(exc: BaseException) -> bool:
+    """Whether ``exc`` says an oslo.privsep helper could not start.
+
+    Matched by name: importing oslo_privsep.daemon would load eventlet
+    into every process that imports this module.
+    """
+    cls = type(exc)
+    return (cls.__name__ == 'FailedToDropPrivileges' and
+            cls.__module__.startswith('oslo_privsep'))

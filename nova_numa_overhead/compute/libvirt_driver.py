@@ -819,6 +819,14 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             raise hypervisor.HypervisorError(
                 'nodeset of %s through its cgroups: %s' % (domain.name, e)
             ) from e
+        except Exception as e:
+            if not hypervisor.helper_not_started(e):
+                raise
+            raise hypervisor.HypervisorError(
+                'nodeset of %s through its cgroups: the privileged helper '
+                '[numa_overhead_cgroups] did not start (%s); check its '
+                'helper_command and the sudoers or rootwrap rule (see the '
+                'deployment guide)' % (domain.name, e)) from e
 
     def move_pages(self, domain: hypervisor.DomainInfo, moves,
                    max_pages: int) -> hypervisor.MoveResult:

@@ -132,6 +132,14 @@ class PageMover:
                 raise hv_mod.DomainGone('%s: QEMU exited' % (domain[0],))
             raise hv_mod.HypervisorError(
                 'page moves of %s failed: %s' % (domain[0], exc)) from exc
+        except Exception as exc:
+            if not hv_mod.helper_not_started(exc):
+                raise
+            raise hv_mod.HypervisorError(
+                'page moves of %s: the privileged helper '
+                '[numa_overhead_privileged] did not start (%s); check its '
+                'helper_command and the sudoers or rootwrap rule (see the '
+                'deployment guide)' % (domain[0], exc)) from exc
 
     def _move(self, domain, moves, max_pages) -> hv_mod.MoveResult:
         try:

@@ -411,6 +411,22 @@ class TestActions(LibvirtDriverTestCase):
                       str(error))
         self.assertRaises(hypervisor.DomainGone, hv.set_nodeset, info, [1])
 
+    def test_set_nodeset_cgroup_helper_not_started(self):
+        from oslo_privsep import daemon
+
+        def refuse(call):
+            raise daemon.FailedToDropPrivileges(
+                'privsep helper command exited non-zero (1)')
+
+        hv = self._cgroup_driver(refuse)
+        info = self._info_of(hv, self._define())
+        error = self.assertRaises(hypervisor.HypervisorError,
+                                  hv.set_nodeset, info, [1])
+        self.assertIn('the privileged helper [numa_overhead_cgroups] did '
+                      'not start (privsep helper command exited non-zero '
+                      '(1)); check its helper_command', str(error))
+        self.assertNotIn('\n', str(error))
+
     def test_cgroup_restriction_shows_in_allowed_nodes(self):
         hv = self._cgroup_driver(lambda call: None)
         dom = self._define()

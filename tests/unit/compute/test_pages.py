@@ -156,6 +156,19 @@ class TestHelperFailures(testtools.TestCase):
         self.assertRaises(hv_mod.DomainGone, self.mover, ('g',),
                           [(0, 1, 1)], None)
 
+    def test_helper_not_started_is_a_hypervisor_error(self):
+        from oslo_privsep import daemon
+        self.failure = daemon.FailedToDropPrivileges(
+            'privsep helper command exited non-zero (1)')
+        error = self.assertRaises(hv_mod.HypervisorError, self.mover,
+                                  ('g',), [(0, 1, 1)], None)
+        self.assertIn('[numa_overhead_privileged] did not start', str(error))
+
+    def test_other_errors_are_not_hidden(self):
+        self.failure = RuntimeError('a bug')
+        self.assertRaises(RuntimeError, self.mover, ('g',), [(0, 1, 1)],
+                          None)
+
     def test_permission_error_is_a_hypervisor_error(self):
         self.failure = PermissionError(errno.EACCES, 'Permission denied',
                                        'pagemap')
