@@ -141,7 +141,7 @@ case "${1:-}" in
         ensure_rabbitmq
         log "flake8 + hacking"
         "$venv/bin/flake8" nova_numa_overhead tests benchmarks tools/cloud
-        log "tests: unit, functional (Nova in-process), integration (RabbitMQ), cloud (tools/run.sh cloud)"
+        log "tests: unit, integration (RabbitMQ), functional (Nova in-process)"
         out=$(mktemp)
         numa_list=$(mktemp)
         trap 'rm -f "$out" "$numa_list"' EXIT
@@ -151,6 +151,9 @@ case "${1:-}" in
         "$venv/bin/stestr" --test-path ./tests/unit run "$@" | tee "$out" || rc=$?
         "$venv/bin/stestr" --test-path ./tests/integration run "$@" | tee -a "$out" || rc=$?
         "$venv/bin/stestr" --test-path ./tests/functional run "$@" | tee -a "$out" || rc=$?
+        log "tests: nova (Nova's own functional tests with the plugin on)"
+        "$venv/bin/stestr" --test-path ./tests/nova run \
+            --exclude-list tests/nova/exclude.txt "$@" | tee -a "$out" || rc=$?
         log "tests: numa (a 4-node kernel under QEMU, tools/numa-vm.sh)"
         # NUMA_OVERHEAD_SKIP_NUMA=1 skips it (it boots a VM under TCG).
         if [ "${NUMA_OVERHEAD_SKIP_NUMA:-0}" != 1 ]; then
