@@ -21,6 +21,9 @@ object carried as the ``report`` argument of an oslo.messaging cast::
      "age": 0.8,                           # seconds since measured
      "nodes": [{"total_mb": 65536, "free_mb": 30210, "guests": 3,
                 "cpus": 16, "llc": 1, "mc": 2}, ...],
+                                           # free_mb: room, free memory
+                                           # minus what guests have yet
+                                           # to touch (overhead.room)
      "inter": [[0, 1], [1, 0]],            # levels, [cpu node][mem node]
      "rml": [[0, 3], [3, 0]],
      "distances": [[10, 21], [21, 10]],    # SLIT

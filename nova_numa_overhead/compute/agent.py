@@ -64,6 +64,7 @@ from nova_numa_overhead.compute import rebalancer
 from nova_numa_overhead.conf import agent as agent_conf
 from nova_numa_overhead.overhead import estimator
 from nova_numa_overhead.overhead import planner
+from nova_numa_overhead.overhead import room as room_mod
 from nova_numa_overhead import report as report_mod
 
 LOG = logging.getLogger(__name__)
@@ -315,6 +316,7 @@ class Agent:
         for domain in started:
             if domain.name in current:
                 self.place(domain)
+        self.protect()
         if started or stopped or changed:
             self.dirty = True
         return self._due_report(now)
@@ -539,7 +541,9 @@ class Agent:
 
     def build_report(self) -> report_mod.Report:
         topology = self.topology
-        free = self.free_mb or self.hv.free_memory_mb()
+        # Room, as the placer sees it: what guests have yet to touch is
+        # not free, so the schedulers plan on what the agent will plan on.
+        free = self.room_free()
         total = [node.memory_mb for node in topology.nodes]
         return report_mod.build(
             self.host, self.agent_id, VERSION, self.seq, self.levels,
@@ -605,8 +609,10 @@ class Agent:
     def host_view(self, without: str | None = None) -> planner.HostView:
         """The planner's view of this host, from the agent's measures.
 
-        ``without``: a guest whose own memory counts as free (it is the
-        one being placed).
+        Free memory per node is room: the memory other guests were given
+        and have yet to touch is counted where it will land
+        (:mod:`~nova_numa_overhead.overhead.room`). ``without``: a guest
+        whose own memory counts as free (it is the one being placed).
         """
         topology = self.topology
         free = list(self.free_mb or self.hv.free_memory_mb())
@@ -618,11 +624,82 @@ class Agent:
                     free[node] += int(mb)
                     if mb >= 1:
                         guests[node] = max(0, guests[node] - 1)
+        free = [max(0, f) for f in room_mod.uncommitted_free(
+            free, topology.distances, self.commitments(without=without))]
         return planner.HostView(
             free_mb=free, total_mb=[n.memory_mb for n in topology.nodes],
             guests=guests, overhead=self.levels.overhead_matrix(),
             distances=[list(r) for r in topology.distances],
             local_nodes=tuple(n.id for n in topology.nodes if n.cpus))
+
+    def commitments(self, without: str | None = None) -> list:
+        """What every guest but ``without`` was given and has yet to touch,
+        with the nodes it may land on and where its vCPUs run.
+        """
+        out = []
+        for name, domain in self.domains.items():
+            if name == without:
+                continue
+            state = self.collector.guests.get(name)
+            touched = state.memory_mb if state else {}
+            cpu = state.cpu if state else {}
+            near = max(cpu, key=lambda n: (cpu[n], -n)) if cpu else None
+            # The agent's own restriction from this cycle on, else the
+            # nodeset the guest was listed with.
+            nodes = self.restrictions.get(name, ((), ()))[0] or \
+                domain.allowed_nodes
+            out.append(room_mod.commitment(domain.memory_mb, touched,
+                                           nodes, near))
+        return out
+
+    def room_free(self) -> list:
+        """Free MiB per node once every guest's memory has landed."""
+        topology = self.topology
+        free = list(self.free_mb or self.hv.free_memory_mb())
+        return [max(0, f) for f in room_mod.uncommitted_free(
+            free, topology.distances, self.commitments())]
+
+    def protect(self) -> list:
+        """Give Nova's nodes back to guests the agent confined to nodes
+        that can no longer hold them.
+
+        Guests started after a guest was confined may fill its nodes
+        before it has touched all of its memory (the cgroup's OOM killer
+        would end it): such a guest is widened to the nodes Nova allows.
+        Returns the names of the guests widened.
+        """
+        if not self.enforcing:
+            return []
+        widened = []
+        for name, (nodes, cpus) in list(self.restrictions.items()):
+            domain = self.domains.get(name)
+            if not nodes or domain is None or name in self.migrating:
+                continue
+            view = self.host_view(without=name)
+            room = room_mod.room(view.free_mb, nodes)
+            if room >= domain.memory_mb:
+                continue
+            nova_nodes = self.nova_allowed.get(name, ())
+            if not self._guarded(domain, "Widening to Nova's nodes",
+                                 self._restore_now, domain, nova_nodes,
+                                 None):
+                continue
+            self.restrictions[name] = ((), cpus)
+            self.record(name, 'widened',
+                        "ok: Nova's nodes (%s): nodes %s have room for "
+                        '%d MiB of its %d MiB besides what other guests '
+                        'have yet to touch there' % (
+                            _set_text(nova_nodes), _set_text(nodes),
+                            room, domain.memory_mb))
+            self._write_record(domain)
+            LOG.info('Widened %(guest)s to the nodes Nova allows (%(nova)s):'
+                     ' nodes %(nodes)s have room for %(room)d of its '
+                     '%(mb)d MiB besides what other guests have yet to '
+                     'touch', {'guest': name, 'nova': _set_text(nova_nodes),
+                               'nodes': _set_text(nodes), 'room': room,
+                               'mb': domain.memory_mb})
+            widened.append(name)
+        return widened
 
     def on_lifecycle(self, event: str, name: str) -> None:
         """libvirt event callback: queue the event and return.
@@ -781,7 +858,7 @@ class Agent:
                 return []
             guests = self.managed_guests()
             moves = rebalancer.plan_moves(
-                guests, self.levels.overhead_matrix(), self.free_mb,
+                guests, self.levels.overhead_matrix(), self.room_free(),
                 self.opts.rebalance_threshold,
                 self.opts.max_move_mb_per_period, self.opts.reserve_mb)
             try:

@@ -22,8 +22,14 @@ enforces them by ``[numa_overhead_agent] enforcement``:
 
 Safety rules, checked before anything changes: a pinned guest is never
 touched; a page never goes to a node outside the guest's allowed set; a
-guest is never restricted to nodes whose free memory (what it already has
-there counted as free, once) cannot hold all of it plus ``reserve_mb``.
+guest is never restricted to nodes whose room cannot hold all of its
+configured memory plus ``reserve_mb``. Room is free memory (what the guest
+already has there counted as free, once) minus the memory the other
+guests were given and have yet to touch there
+(:mod:`nova_numa_overhead.overhead.room`): a guest confined to nodes that
+fill up before it has touched all of its memory is killed out of memory.
+When no set of its allowed nodes has that room, the guest is left where it
+is, and the decision says so.
 """
 
 import dataclasses
@@ -162,7 +168,8 @@ class Placer:
         """Plan and enforce one guest.
 
         :param view: the host as the agent measured it, the guest's own
-            memory counted as free (``Agent.host_view(without=...)``): the
+            memory counted as free and what the other guests have yet to
+            touch counted as taken (``Agent.host_view(without=...)``): the
             room check reads it as it is.
         :param cpu: node -> fraction of the guest's vCPUs.
         :param before: node -> MiB of the guest's memory now.
@@ -187,8 +194,12 @@ class Placer:
                 plan = best
         if plan is None:
             return Decision(domain.name, 'skipped',
-                            'no plan fits the free memory of its allowed '
-                            'nodes', before=before)
+                            'no set of its allowed nodes has room for its '
+                            '%d MiB besides what other guests have yet to '
+                            'touch: left where it is' % domain.memory_mb,
+                            before=before)
+        if self.enforcement not in (OFF, ADVISORY):
+            plan = self._with_reserve(view, plan, policy, mb)
         decision = Decision(domain.name, 'planned',
                             'policy %s, max_nodes %d' % (policy.policy,
                                                          policy.max_nodes),
@@ -199,14 +210,17 @@ class Placer:
             decision.reason += ' (enforcement=%s)' % self.enforcement
             return decision
         nodes = sorted(plan.shares)
-        # The view already counts the guest's own memory as free: adding
-        # ``before`` again would count it twice.
+        # The view counts the guest's own memory as free and the memory
+        # other guests have yet to touch as taken: adding ``before`` again
+        # would count it twice.
         room = sum(view.free_mb[n] for n in nodes)
         if room < domain.memory_mb + self.reserve_mb:
             decision.action = 'skipped'
-            decision.reason = ('nodes %s cannot hold %d MiB plus reserve_mb '
-                               '%d (room %d MiB)' % (nodes, domain.memory_mb,
-                                                     self.reserve_mb, room))
+            decision.reason = ('nodes %s cannot hold its %d MiB plus '
+                               'reserve_mb %d besides what other guests '
+                               'have yet to touch there (room %d MiB): left '
+                               'where it is' % (nodes, domain.memory_mb,
+                                                self.reserve_mb, room))
             return decision
         self.hv.set_nodeset(domain, nodes)
         decision.action = 'restricted'
@@ -232,6 +246,27 @@ class Placer:
                 decision.moved_mb = result.moved * page_mb()
                 decision.failed = dict(result.failed)
         return decision
+
+    def _with_reserve(self, view, plan, policy, mb) -> 'planner.Plan':
+        """``plan``, or one on nodes with room for ``reserve_mb`` more.
+
+        The nodes of the first plan may hold the guest but not the reserve
+        on top; a plan for the guest plus the reserve picks nodes that
+        hold both, and its shares are scaled back to the guest's size.
+        """
+        room = sum(view.free_mb[n] for n in plan.shares)
+        if not self.reserve_mb or room >= mb + self.reserve_mb:
+            return plan
+        wider = planner.plan(view, mb + self.reserve_mb, policy.policy,
+                             policy.max_nodes, local=plan.local)
+        if wider is None:
+            return plan
+        total = sum(wider.shares.values())
+        shares = {n: int(s * mb / total) for n, s in wider.shares.items()}
+        first = min(shares, key=lambda n: (view.overhead[wider.local][n], n))
+        shares[first] += mb - sum(shares.values())
+        return dataclasses.replace(
+            wider, shares={n: s for n, s in shares.items() if s > 0})
 
     def _measure(self, domain, before: dict) -> dict:
         """The guest's memory per node now; ``before`` if unreadable."""

@@ -319,9 +319,13 @@ Related options:
         default=1024,
         min=0,
         help="""
-Free memory, in MiB, that must remain on the chosen nodes after a guest is
+Room, in MiB, that must remain on the chosen nodes after a guest is
 restricted to them, so that the restriction cannot cause an out-of-memory
-kill.
+kill. Room is free memory minus the memory guests were given and have
+not touched yet (it lands on their nodes later): a guest is only
+restricted to nodes whose room holds all of its configured memory plus
+``reserve_mb``, and a guest the agent restricted is given Nova's nodes
+back when later guests leave its nodes too little room.
 
 Possible values:
 

@@ -109,6 +109,12 @@ class TestOnLibvirt(StatusTestCase):
                       ' '.join(out.split()))
 
     def test_json(self):
+        # Realistic free memory (the test driver's is in KiB), with room
+        # for the 6 GiB its "test" domain has yet to touch: the floating
+        # guest gets a plan.
+        self.useFixture(fixtures.MockPatch(
+            'nova_numa_overhead.compute.libvirt_driver.LibvirtHypervisor.'
+            'free_memory_mb', autospec=True, return_value=[4608, 6144]))
         rc = self.run_status('--connect', URI, '--format', 'json',
                              '--sample', '0')
         self.assertEqual(0, rc, self.stderr.getvalue())
@@ -116,7 +122,8 @@ class TestOnLibvirt(StatusTestCase):
         self.assertEqual(URI, data['uri'])
         self.assertEqual([2048, 4096],
                          [n['total_mb'] for n in data['nodes']])
-        self.assertEqual([2, 4], [n['free_mb'] for n in data['nodes']])
+        self.assertEqual([4608, 6144],
+                         [n['free_mb'] for n in data['nodes']])
         self.assertEqual([8, 8], [n['cpus'] for n in data['nodes']])
         self.assertEqual([[10, 20], [20, 10]], data['distances'])
         self.assertEqual(2, len(data['inter']))
@@ -149,8 +156,10 @@ class TestOnLibvirt(StatusTestCase):
                    reserve_mb=64)
         hv = libvirt_driver.LibvirtHypervisor(URI)
         self.addCleanup(hv.close)
+        # Room for the 6 GiB the test driver's "test" domain has yet to
+        # touch (8 GiB configured, 2 GiB on the nodes).
         self.useFixture(fixtures.MockPatchObject(
-            hv, 'free_memory_mb', autospec=True, return_value=[1536, 3072]))
+            hv, 'free_memory_mb', autospec=True, return_value=[4608, 6144]))
         agent = agent_mod.Agent(self.conf, hv, test_agent.FakePublisher(),
                                 'cmp-status')
         agent.cycle()

@@ -404,6 +404,82 @@ class TestPlacement(AgentTestCase):
         self.assertNotIn('big', self.hv.nodesets)
         self.assertEqual([], [m for m in self.hv.moves if m[0] == 'big'])
 
+    def test_room_counts_what_others_have_yet_to_touch(self):
+        # Node 0 has 14 GiB free, but 'other' (12 GiB, 2 GiB touched, its
+        # vCPUs on node 0) will take 10 GiB more of it: confined to node 0,
+        # the new 8 GiB guest would be killed out of memory. It is never
+        # confined to nodes whose room cannot hold it and the reserve.
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('other', {0: 2 * GIB}, vcpu_node=0,
+                    memory_mb=12 * GIB,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('new', {0: GIB}, vcpu_node=0, memory_mb=8 * GIB)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['new']
+        self.assertIn(decision.action, ('restricted', 'moved'),
+                      decision.reason)
+        nodes = self.hv.nodesets['new']
+        self.assertNotEqual((0,), nodes)
+        others = 10 * GIB if 0 in nodes else 0
+        room = sum(self.hv.free[n] for n in nodes) + GIB - others
+        self.assertGreaterEqual(room, 8 * GIB + 1024)
+        self.assertLessEqual(decision.plan.get(0, 0), 4 * GIB)
+        # The schedulers plan on the same room: node 0 has at most what
+        # neither guest was given.
+        report = self.publisher.reports[-1]
+        self.assertLessEqual(report.nodes[0].free_mb,
+                             16 * GIB - 12 * GIB - GIB)
+
+    def test_left_where_it_is_when_no_nodes_have_room(self):
+        # Both nodes are promised to guests that have yet to touch their
+        # memory: the 4 GiB guest is not confined anywhere.
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('a', {0: GIB}, vcpu_node=0, memory_mb=14 * GIB,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        self.hv.add('b', {1: GIB}, vcpu_node=1, memory_mb=14 * GIB,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('new', {0: 0}, vcpu_node=0, memory_mb=4 * GIB)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['new']
+        self.assertEqual('skipped', decision.action)
+        self.assertIn('left where it is', decision.reason)
+        self.assertIn('yet to touch', decision.reason)
+        self.assertNotIn('new', self.hv.nodesets)
+        self.assertEqual([], [m for m in self.hv.moves if m[0] == 'new'])
+
+    def test_confined_guest_widened_when_others_take_its_room(self):
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('g', {0: GIB}, vcpu_node=0, memory_mb=8 * GIB)
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertEqual(('restricted', (0,)),
+                         (agent.decisions['g'].action,
+                          self.hv.nodesets.get('g')),
+                         agent.decisions['g'].reason)
+        # A guest the agent leaves alone starts on node 0 and will take
+        # 12 GiB there: 'g' could not get its other 7 GiB on node 0.
+        self.hv.add('late', {0: GIB}, vcpu_node=0, memory_mb=13 * GIB,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        self.clock.now += 1
+        agent.cycle()
+        self.assertIn(('g', (), None), self.hv.restored)
+        self.assertEqual((0, 1), self.hv.nodesets['g'])
+        self.assertEqual(((), ()), agent.restrictions['g'])
+        self.assertEqual('widened', agent.outcomes['g'].action)
+        self.assertIn("Widened g to the nodes Nova allows",
+                      self.logger.output)
+        # Once is enough.
+        restored = len(self.hv.restored)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual(restored, len(self.hv.restored))
+
     def place_with_spare(self, spare_mb):
         """A 4 GiB guest Nova allows on node 0 only, where it already is;
         node 0 has ``reserve_mb + spare_mb`` MiB free besides it.

@@ -25,9 +25,11 @@ class TestAgentOnLibvirt(test_libvirt_driver.LibvirtDriverTestCase):
         self.flags(group='numa_overhead_agent', enforcement='nodeset',
                    reserve_mb=64)
         # The test driver reports free memory in KiB where the API promises
-        # bytes (2 and 4 MiB here): give the cells realistic free memory.
+        # bytes (2 and 4 MiB here): give the cells realistic free memory,
+        # with room for the 6 GiB its "test" domain has yet to touch (8 GiB
+        # configured, 2 GiB on the nodes).
         mock.patch.object(self.hv, 'free_memory_mb', autospec=True,
-                          return_value=[1536, 3072]).start()
+                          return_value=[4608, 6144]).start()
         self.addCleanup(mock.patch.stopall)
         self.publisher = test_agent.FakePublisher()
         self.agent = agent_mod.Agent(self.conf, self.hv, self.publisher,
@@ -41,7 +43,9 @@ class TestAgentOnLibvirt(test_libvirt_driver.LibvirtDriverTestCase):
         report = self.publisher.reports[-1]
         self.assertEqual(2, report.size)
         self.assertEqual(16, sum(n.cpus for n in report.nodes))
-        self.assertEqual([1536, 3072], [n.free_mb for n in report.nodes])
+        # Room: free memory minus the 6 GiB the "test" domain has yet to
+        # touch, from its vCPUs' node on.
+        self.assertEqual([2048, 0], [n.free_mb for n in report.nodes])
 
     def test_floating_guest_is_restricted_pinned_one_is_not(self):
         self.agent.cycle()

@@ -27,6 +27,7 @@ from nova_numa_overhead.sim import presets
 from nova_numa_overhead.sim import report
 from nova_numa_overhead.sim import runner
 from nova_numa_overhead.sim import scenarios
+from nova_numa_overhead.sim import sweep
 
 GIB = 1024
 
@@ -380,6 +381,30 @@ class TestRunner(testtools.TestCase):
     def test_unknown_policy(self):
         self.assertRaises(ValueError, runner.run, scenarios.get('llc-2'),
                           ('nova-default', 'magic'))
+
+
+class TestNoHarm(testtools.TestCase):
+    """The default configuration never gets a guest killed out of memory
+    by confining it (issue 10). Before the room check counted what guests
+    have yet to touch, each of these lost guests: the built-ins whose
+    memory is nearly full, and scenarios of the tuning sweep (seed 101).
+    """
+
+    def assertNoKills(self, scenario):
+        result = runner.run_policy(scenario, policies.DEFAULT)
+        self.assertEqual(0, result.oom_kills, scenario.description)
+        self.assertTrue(all(v > 0 for v in result.throughput.values()),
+                        result.throughput)
+
+    def test_builtins_nearly_full(self):
+        for name in ('memory-16g', 'memory-32g'):
+            self.assertNoKills(scenarios.get(name))
+
+    def test_sweep_scenarios(self):
+        for index in (20, 36, 42):
+            scenario = sweep.generate(101, index)
+            self.assertEqual(1, scenario.hosts)
+            self.assertNoKills(scenario)
 
 
 class TestOursAsShipped(testtools.TestCase):
