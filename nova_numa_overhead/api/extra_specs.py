@@ -21,7 +21,7 @@ from nova.api.validation.extra_specs import base
 from nova import exception
 
 from nova_numa_overhead.overhead import planner
-from nova_numa_overhead.scheduler import request
+from nova_numa_overhead.overhead import specs
 
 
 class Validator(base.ExtraSpecValidator):
@@ -38,7 +38,7 @@ class Validator(base.ExtraSpecValidator):
 
 EXTRA_SPEC_VALIDATORS = [
     Validator(
-        name=request.SPEC_POLICY,
+        name=specs.SPEC_POLICY,
         description=(
             'How the nova-numa-overhead agent places the guest\'s memory '
             'over the host\'s NUMA nodes, and how the scheduler scores '
@@ -47,7 +47,7 @@ EXTRA_SPEC_VALIDATORS = [
         value={'type': str, 'enum': list(planner.POLICIES)},
     ),
     Validator(
-        name=request.SPEC_MAX_LEVEL,
+        name=specs.SPEC_MAX_LEVEL,
         description=(
             'Highest planned NUMA memory-zone overhead level a host may '
             'have for this flavor (NUMAOverheadFilter). Scheduler hints, '
@@ -55,14 +55,14 @@ EXTRA_SPEC_VALIDATORS = [
         value={'type': int, 'min': 0},
     ),
     Validator(
-        name=request.SPEC_MAX_NODES,
+        name=specs.SPEC_MAX_NODES,
         description=(
             'Number of NUMA nodes the proportional policy spreads the '
             'guest\'s memory over.'),
         value={'type': int, 'min': 1, 'max': planner.MAX_NODES_LIMIT},
     ),
     Validator(
-        name=request.SPEC_REBALANCE,
+        name=specs.SPEC_REBALANCE,
         description=(
             'Whether the agent may move this guest\'s pages periodically '
             'to rebalance NUMA overhead.'),

@@ -38,7 +38,7 @@ from oslo_log import log as logging
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.overhead import planner
-from nova_numa_overhead.scheduler import request
+from nova_numa_overhead.overhead import specs as specs_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -80,12 +80,12 @@ def guest_policy(domain: hv_mod.DomainInfo, managed: str,
     if not domain.nova:
         return None, 'not a Nova guest'
     specs = domain.extra_specs or {}
-    if managed == 'opt_in' and request.SPEC_POLICY not in specs:
+    if managed == 'opt_in' and specs_mod.SPEC_POLICY not in specs:
         return None, 'flavor does not opt in (managed_guests=opt_in)'
     try:
-        policy = request.policy_from_extra_specs(specs, default_policy,
-                                                 default_max_nodes)
-    except request.InvalidRequest as exc:
+        policy = specs_mod.policy_from_extra_specs(
+            specs, default_policy, default_max_nodes)
+    except specs_mod.InvalidRequest as exc:
         return None, 'invalid extra spec: %s' % exc
     if policy.policy == planner.NONE:
         return None, 'numa_overhead:policy=none'

@@ -12,7 +12,8 @@
 """What a scheduling request asks of NUMA overhead: flavor extra specs and
 scheduler hints, parsed and validated once per request.
 
-Flavor extra specs (validated by nova-api too, see
+Flavor extra specs (parsed by :mod:`nova_numa_overhead.overhead.specs`,
+which the agent shares, and validated by nova-api too, see
 :mod:`nova_numa_overhead.api.extra_specs`)::
 
     numa_overhead:policy     proportional | local | spread | none
@@ -28,32 +29,22 @@ sees the flavor's extra specs in the domain metadata, never the hints.
 
 import dataclasses
 
-from oslo_utils import strutils
+from nova_numa_overhead.overhead import specs
 
-from nova_numa_overhead.overhead import planner
-
-NAMESPACE = 'numa_overhead'
-SPEC_POLICY = NAMESPACE + ':policy'
-SPEC_MAX_LEVEL = NAMESPACE + ':max_level'
-SPEC_MAX_NODES = NAMESPACE + ':max_nodes'
-SPEC_REBALANCE = NAMESPACE + ':rebalance'
+# The flavor's extra specs are parsed beside the planner (the agent reads
+# them too); their names stay importable from here.
+NAMESPACE = specs.NAMESPACE
+SPEC_POLICY = specs.SPEC_POLICY
+SPEC_MAX_LEVEL = specs.SPEC_MAX_LEVEL
+SPEC_MAX_NODES = specs.SPEC_MAX_NODES
+SPEC_REBALANCE = specs.SPEC_REBALANCE
+InvalidRequest = specs.InvalidRequest
+Policy = specs.Policy
+parse_int = specs.parse_int
+policy_from_extra_specs = specs.policy_from_extra_specs
 HINT_MAX_LEVEL = 'numa_overhead_max_level'
 AGG_MAX_LEVEL = 'numa_overhead_max_level'
 AGG_WEIGHT_MULTIPLIER = 'numa_overhead_weight_multiplier'
-
-
-class InvalidRequest(ValueError):
-    """A flavor extra spec or scheduler hint this plugin cannot honour."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Policy:
-    """The placement a flavor asks for (what the agent also reads)."""
-
-    policy: str
-    max_nodes: int
-    max_level: int | None
-    rebalance: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,50 +56,6 @@ class OverheadRequest:
     max_nodes: int
     max_level: int | None  # from flavor and hint; None = no limit
     rebalance: bool
-
-
-def parse_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise InvalidRequest('%s: %r is not an integer' % (name, value))
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
-        raise InvalidRequest('%s: %r is not an integer' % (name, value))
-    if number < minimum:
-        raise InvalidRequest('%s: %d is less than %d' % (name, number,
-                                                         minimum))
-    return number
-
-
-def policy_from_extra_specs(extra_specs, default_policy: str,
-                            default_max_nodes: int) -> Policy:
-    """The placement policy of a flavor's extra specs.
-
-    :raises InvalidRequest: naming the bad key and value.
-    """
-    specs = extra_specs or {}
-    policy = specs.get(SPEC_POLICY, default_policy)
-    if policy not in planner.POLICIES:
-        raise InvalidRequest('%s: %r is not one of %s'
-                             % (SPEC_POLICY, policy,
-                                ', '.join(planner.POLICIES)))
-    max_nodes = default_max_nodes
-    if SPEC_MAX_NODES in specs:
-        max_nodes = parse_int(SPEC_MAX_NODES, specs[SPEC_MAX_NODES], 1)
-        max_nodes = min(max_nodes, planner.MAX_NODES_LIMIT)
-    max_level = None
-    if SPEC_MAX_LEVEL in specs:
-        max_level = parse_int(SPEC_MAX_LEVEL, specs[SPEC_MAX_LEVEL], 0)
-    rebalance = True
-    if SPEC_REBALANCE in specs:
-        try:
-            rebalance = strutils.bool_from_string(specs[SPEC_REBALANCE],
-                                                  strict=True)
-        except ValueError:
-            raise InvalidRequest('%s: %r is not a boolean'
-                                 % (SPEC_REBALANCE, specs[SPEC_REBALANCE]))
-    return Policy(policy=policy, max_nodes=max_nodes, max_level=max_level,
-                  rebalance=rebalance)
 
 
 def hint_max_level(hints) -> int | None:

@@ -186,18 +186,18 @@ class Scenario:
 
 
 def _check_extra_specs(at: str, specs: dict) -> None:
-    from nova_numa_overhead.scheduler import request
+    from nova_numa_overhead.overhead import specs as specs_mod
     ours = {k: v for k, v in specs.items()
-            if k.startswith(request.NAMESPACE + ':')}
-    known = (request.SPEC_POLICY, request.SPEC_MAX_LEVEL,
-             request.SPEC_MAX_NODES, request.SPEC_REBALANCE)
+            if k.startswith(specs_mod.NAMESPACE + ':')}
+    known = (specs_mod.SPEC_POLICY, specs_mod.SPEC_MAX_LEVEL,
+             specs_mod.SPEC_MAX_NODES, specs_mod.SPEC_REBALANCE)
     for key in ours:
         if key not in known:
             raise ValueError('%sextra_specs: unknown key %s (known: %s)'
                              % (at, key, ', '.join(known)))
     try:
-        request.policy_from_extra_specs(ours, 'proportional', 4)
-    except request.InvalidRequest as exc:
+        specs_mod.policy_from_extra_specs(ours, 'proportional', 4)
+    except specs_mod.InvalidRequest as exc:
         raise ValueError('%sextra_specs: %s' % (at, exc))
 
 
