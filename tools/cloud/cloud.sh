@@ -46,6 +46,9 @@ ETC=$CLOUD_DIR/etc
 LOGS=$CLOUD_DIR/log
 PIDS=$CLOUD_DIR/run
 DATA=$CLOUD_DIR/data
+# Instance disks: under DATA when QEMU's user can reach it, else in a
+# directory of this cloud under /var/lib (see up).
+INSTANCES=$DATA/nova/instances
 CREATED=$CLOUD_DIR/created
 BIN=$VENV/bin
 HOST_IP=127.0.0.1
@@ -532,7 +535,7 @@ EOF
 # nova.conf as devstack's create_nova_conf and hypervisor-libvirt write it
 # (single conductor, one cell), then the plugin's post-config.
 function configure_nova {
-    mkdir -p "$ETC/nova" "$DATA/nova/instances" "$DATA/nova/state"
+    mkdir -p "$ETC/nova" "$INSTANCES" "$DATA/nova/state"
     cp "$VENV/etc/nova/api-paste.ini" "$ETC/nova/"
     {
         cat << EOF
@@ -541,7 +544,7 @@ debug = True
 host = $COMPUTE_HOST
 my_ip = $HOST_IP
 state_path = $DATA/nova/state
-instances_path = $DATA/nova/instances
+instances_path = $INSTANCES
 instance_name_template = $NAME-%08x
 transport_url = $TRANSPORT_URL
 compute_driver = libvirt.LibvirtDriver
@@ -764,10 +767,17 @@ function up {
     rm -rf "$CLOUD_DIR"
     mkdir -p "$ETC" "$LOGS" "$PIDS" "$DATA"
     : > "$CREATED"
-    # QEMU runs as libvirt-qemu and opens the instance disks under $DATA.
+    # QEMU runs as libvirt-qemu and opens the instance disks: a checkout
+    # under a private directory (mktemp -d) is out of its reach.
     if id -u libvirt-qemu > /dev/null 2>&1 &&
             ! runuser -u libvirt-qemu -- test -x "$DATA"; then
-        die "QEMU (user libvirt-qemu) cannot reach $DATA: make its parent directories searchable (chmod o+x) or set NUMA_OVERHEAD_CLOUD_DIR elsewhere"
+        local shared=/var/lib/nova-numa-overhead-cloud/$NAME
+        INSTANCES=$shared/instances
+        log "QEMU (user libvirt-qemu) cannot reach $DATA: instance disks go to $INSTANCES"
+        rm -rf "$shared"
+        mkdir -p "$INSTANCES"
+        chmod 755 /var/lib/nova-numa-overhead-cloud "$shared" "$INSTANCES"
+        echo "dir $shared" >> "$CREATED"
     fi
     DB_PASSWORD=$(secret database)
     RABBIT_PASSWORD=$(secret rabbit)
@@ -913,6 +923,10 @@ function down {
                     log "/dev/kvm back to group ${what% *} mode ${what#* }"
                     chgrp "${what% *}" /dev/kvm || true
                     chmod "${what#* }" /dev/kvm || true
+                    ;;
+                dir)
+                    log "removing $what"
+                    rm -rf -- "$what"
                     ;;
                 daemon)
                     # "name pid": only the daemon this cloud started.
