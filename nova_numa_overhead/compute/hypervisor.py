@@ -46,6 +46,7 @@ class NodeInfo:
     id: int
     cpus: tuple          # host CPU ids of the node
     memory_mb: int       # total memory of the node
+    cores: int | None = None   # physical cores (threads share one), if known
 
 
 @dataclasses.dataclass(frozen=True)

@@ -152,9 +152,13 @@ def parse_capabilities(xml: str, fallback_cpus: int = 0,
         cell_id = int(cell.get('id'))
         memory = cell.find('memory')
         memory_mb = _kib(memory) // 1024 if memory is not None else 0
-        cpus = tuple(sorted(int(cpu.get('id'))
-                            for cpu in cell.findall('./cpus/cpu')))
-        nodes[cell_id] = hypervisor.NodeInfo(cell_id, cpus, memory_mb)
+        elements = cell.findall('./cpus/cpu')
+        cpus = tuple(sorted(int(cpu.get('id')) for cpu in elements))
+        # Hardware threads of one core list the same siblings.
+        cores = len({cpu.get('siblings') for cpu in elements
+                     if cpu.get('siblings')}) or None
+        nodes[cell_id] = hypervisor.NodeInfo(cell_id, cpus, memory_mb,
+                                             cores=cores)
         siblings[cell_id] = {
             int(s.get('id')): int(s.get('value'))
             for s in cell.findall('./distances/sibling')}

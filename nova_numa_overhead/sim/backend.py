@@ -71,7 +71,7 @@ class SimHypervisor(hv_mod.Hypervisor):
         for i, node in enumerate(spec.nodes):
             nodes.append(hv_mod.NodeInfo(
                 id=i, cpus=tuple(range(first, first + node.cpus)),
-                memory_mb=node.memory_mb))
+                memory_mb=node.memory_mb, cores=node.cores))
             first += node.cpus
         self._topology = hv_mod.HostTopology(nodes=tuple(nodes),
                                              distances=spec.distances)

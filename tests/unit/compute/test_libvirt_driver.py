@@ -140,6 +140,20 @@ class TestParsing(base.TestCase):
         self.assertEqual(((10, 20, 32), (20, 10, 20), (32, 20, 10)),
                          topo.distances)
 
+    def test_capabilities_count_cores_from_siblings(self):
+        xml = """<capabilities><host><topology><cells num='1'>
+          <cell id='0'><memory unit='GiB'>1</memory>
+            <cpus num='4'>
+              <cpu id='0' socket_id='0' core_id='0' siblings='0,2'/>
+              <cpu id='1' socket_id='0' core_id='1' siblings='1,3'/>
+              <cpu id='2' socket_id='0' core_id='0' siblings='0,2'/>
+              <cpu id='3' socket_id='0' core_id='1' siblings='1,3'/>
+            </cpus></cell>
+        </cells></topology></host></capabilities>"""
+        topo = libvirt_driver.parse_capabilities(xml)
+        self.assertEqual((0, 1, 2, 3), topo.nodes[0].cpus)
+        self.assertEqual(2, topo.nodes[0].cores)
+
     def test_capabilities_without_cells(self):
         topo = libvirt_driver.parse_capabilities(
             '<capabilities><host/></capabilities>', fallback_cpus=4,
