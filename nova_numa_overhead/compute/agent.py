@@ -59,6 +59,7 @@ from oslo_log import log as logging
 
 from nova_numa_overhead.compute import collector as collector_mod
 from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import optimizer as optimizer_mod
 from nova_numa_overhead.compute import placer as placer_mod
 from nova_numa_overhead.compute import rebalancer
 from nova_numa_overhead.conf import agent as agent_conf
@@ -177,6 +178,7 @@ class Agent:
         self.levels = None
         self.free_mb = []
         self._backoff = 0
+        self.optimizer = optimizer_mod.Optimizer(self)
 
     # -- topology ---------------------------------------------------------
 
@@ -317,6 +319,7 @@ class Agent:
             if domain.name in current:
                 self.place(domain)
         self.protect()
+        self.optimizer.step(now)
         if started or stopped or changed:
             self.dirty = True
         return self._due_report(now)
@@ -834,6 +837,10 @@ class Agent:
                 self.conf.numa_overhead.default_policy,
                 self.conf.numa_overhead.default_max_nodes)
             if policy is None or not policy.rebalance:
+                continue
+            if self.restrictions.get(name, ((), ()))[1]:
+                # Its vCPUs were placed with its memory (the optimizer):
+                # page moves alone would undo that plan.
                 continue
             state = self.collector.guests.get(name)
             if state is None or not state.memory_mb:

@@ -416,6 +416,126 @@ Related options:
 
 * ``[numa_overhead_agent] enforcement`` (``nodeset`` or ``pages``)
 """),
+    cfg.BoolOpt(
+        'optimize',
+        default=True,
+        help="""
+Move floating guests, vCPUs and memory together, to the node set where the
+agent's cost model predicts the host's guests run faster (CPU sharing, LLC
+sharing, memory-controller and link queueing, remote latency), only when the
+predicted gain pays the page moves back within ``payback_horizon`` with
+``gain_margin``; then watch the guest and undo what made it slower (closed
+loop, with an exponential backoff per guest). vCPUs stay within the CPUs
+Nova allowed; pinned guests are never touched. Acts only with
+``enforcement`` ``nodeset`` or ``pages``; with ``advisory`` it logs what it
+would do.
+
+Possible values:
+
+* True or False.
+
+Related options:
+
+* ``[numa_overhead_agent] enforcement``, ``optimize_interval``,
+  ``payback_horizon``, ``gain_margin``, ``loop_window``
+"""),
+    cfg.IntOpt(
+        'optimize_interval',
+        default=5,
+        min=1,
+        help="""
+Seconds between two passes of the optimizer (``optimize``).
+
+Possible values:
+
+* An integer >= 1.
+
+Related options:
+
+* ``[numa_overhead_agent] optimize``
+"""),
+    cfg.IntOpt(
+        'payback_horizon',
+        default=120,
+        min=1,
+        help="""
+Seconds within which a move's predicted gain must pay back its cost (the
+guest's time lost while its pages move at ``migrate_rate_mb_per_s``).
+
+Possible values:
+
+* An integer >= 1.
+
+Related options:
+
+* ``[numa_overhead_agent] gain_margin``, ``migrate_rate_mb_per_s``
+"""),
+    cfg.FloatOpt(
+        'gain_margin',
+        default=2.0,
+        min=1.0,
+        help="""
+How many times over a move's predicted gain must pay its cost back within
+``payback_horizon``; the predicted gain must also reach ``min_gain``.
+
+Possible values:
+
+* A number >= 1.
+
+Related options:
+
+* ``[numa_overhead_agent] payback_horizon``, ``min_gain``
+"""),
+    cfg.FloatOpt(
+        'min_gain',
+        default=0.05,
+        min=0.0,
+        help="""
+The smallest predicted gain worth a move, as the sum over the host's guests
+of their relative speed change (0.05: one guest 5% faster).
+
+Possible values:
+
+* A number >= 0.
+
+Related options:
+
+* ``[numa_overhead_agent] gain_margin``
+"""),
+    cfg.IntOpt(
+        'loop_window',
+        default=5,
+        min=1,
+        help="""
+Samples of a guest's progress (instructions per second) compared before and
+after a move, once its pages have landed. A guest slower by more than
+``undo_threshold`` (it, or the guests on the nodes it left or joined) is put
+back and left alone for a backoff period that doubles with every undo.
+
+Possible values:
+
+* An integer >= 1.
+
+Related options:
+
+* ``[numa_overhead_agent] undo_threshold``
+"""),
+    cfg.FloatOpt(
+        'undo_threshold',
+        default=0.03,
+        min=0.0,
+        max=0.5,
+        help="""
+Relative loss of progress after a move, beyond which the move is undone.
+
+Possible values:
+
+* A number between 0 and 0.5.
+
+Related options:
+
+* ``[numa_overhead_agent] loop_window``
+"""),
     cfg.StrOpt(
         'topology_file',
         help="""

@@ -1,0 +1,490 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Joint vCPU and memory moves, decided in predicted time, checked after.
+
+Every ``optimize_interval`` the agent asks the cost model
+(:mod:`nova_numa_overhead.overhead.cost`) what moving one floating guest,
+its vCPUs and its memory together, to another set of nodes would do to
+every guest of the host. A move is made only when
+
+* its predicted gain (sum over guests of their relative speed change)
+  reaches ``min_gain``, and
+* that gain, over ``payback_horizon`` seconds, pays ``gain_margin`` times
+  for the move's cost: the guest's time lost while its pages move at
+  ``migrate_rate_mb_per_s`` (``MOVE_COST`` of its speed while they are in
+  flight).
+
+Moves are chosen greedily, the best first, with the model updated by the
+ones already chosen, up to ``MAX_ACTIONS`` per pass and the period's page
+budget. The nodes must hold the guest's memory plus ``reserve_mb`` besides
+what other guests have yet to touch (room); vCPUs stay within the CPUs Nova
+allowed; pinned guests are never touched.
+
+Closed loop: once a moved guest's pages have landed, its progress
+(instructions per second) over ``loop_window`` samples is compared with
+the same window before the move, and so are the guests on the nodes it
+left and joined. If it, or they, lost more than ``undo_threshold``, the
+move is undone (the guest goes back where it ran) and the guest is left
+alone for a backoff that doubles with every undo. Every outcome is a log
+line, a notification, and a count in ``status``.
+"""
+
+import collections
+import dataclasses
+import math
+
+from oslo_log import log as logging
+
+from nova_numa_overhead.compute import collector as collector_mod
+from nova_numa_overhead.compute import placer as placer_mod
+from nova_numa_overhead.overhead import cost
+
+LOG = logging.getLogger(__name__)
+
+MAX_ACTIONS = 4          # moves per pass
+MOVE_COST = 0.5          # guest speed lost while its pages are in flight
+BACKOFF_BASE = 60.0      # seconds left alone after a first undo
+BACKOFF_MAX = 3600.0
+HOLD = 30.0              # seconds a kept move is left before the next
+HISTORY = 32             # samples of progress kept per guest
+
+
+@dataclasses.dataclass
+class Rates:
+    """A guest's counters per second over one sample."""
+
+    at: float
+    ips: float
+    cps: float
+    rps: float
+    mps: float
+
+
+@dataclasses.dataclass
+class Check:
+    """A move waiting for its verdict."""
+
+    guest: str
+    at: float
+    settle: float             # when its pages should have landed
+    before: float             # its instructions per second before
+    neighbours: dict          # name -> instructions per second before
+    undo: tuple               # (nodes, cpus) to go back to
+    predicted: float
+    nodes: tuple
+    moved_mb: float
+
+
+@dataclasses.dataclass
+class Action:
+    guest: str
+    nodes: tuple
+    cpus: tuple
+    gain: float
+    cost: float
+    moved_mb: float
+    predicted: dict
+
+
+class Optimizer:
+    """The agent's optimizer and closed loop (one per agent)."""
+
+    def __init__(self, agent):
+        self.agent = agent
+        self.opts = agent.opts
+        self.history: dict = {}
+        self.checks: dict = {}
+        self.backoff: dict = {}       # name -> (undos, until)
+        self.held: dict = {}          # name -> not before
+        self.counts = collections.Counter()
+        self.next_pass = None
+
+    # -- measuring ------------------------------------------------------------
+
+    def observe(self, now: float) -> None:
+        """Keep each guest's latest rates (after the agent's sample)."""
+        guests = self.agent.collector.guests
+        for name in [n for n in self.history if n not in guests]:
+            del self.history[name]
+        for name in [n for n in self.checks if n not in guests]:
+            del self.checks[name]
+        for name, state in guests.items():
+            if state.delta is None or state.seconds <= 0 or \
+                    state.last_time != now:
+                continue
+            instructions, cycles, refs, misses = state.delta
+            s = state.seconds
+            rates = self.history.setdefault(
+                name, collections.deque(maxlen=HISTORY))
+            rates.append(Rates(now, instructions / s, cycles / s, refs / s,
+                               misses / s))
+
+    def _mean(self, name, since=None, last=None) -> Rates | None:
+        rates = [r for r in self.history.get(name, ())
+                 if since is None or r.at > since]
+        window = self.opts.loop_window if last is None else last
+        rates = rates[-window:]
+        if len(rates) < window:
+            return None
+        k = float(len(rates))
+        return Rates(rates[-1].at, sum(r.ips for r in rates) / k,
+                     sum(r.cps for r in rates) / k,
+                     sum(r.rps for r in rates) / k,
+                     sum(r.mps for r in rates) / k)
+
+    # -- the pass -------------------------------------------------------------
+
+    def due(self, now: float) -> bool:
+        if not self.opts.optimize or self.opts.enforcement == 'off':
+            return False
+        if self.next_pass is None:
+            self.next_pass = now + self.opts.optimize_interval
+            return False
+        return now >= self.next_pass
+
+    def step(self, now: float) -> list:
+        """Verdicts on earlier moves, then maybe new moves."""
+        self.observe(now)
+        self.verdicts(now)
+        if not self.due(now):
+            return []
+        self.next_pass = now + self.opts.optimize_interval
+        actions = self.plan(now)
+        for action in actions:
+            self.apply(action, now)
+        return actions
+
+    def host_model(self) -> cost.HostModel:
+        agent = self.agent
+        topology = agent.topology
+        matrix = agent.estimator_topology
+        return cost.HostModel.build(
+            cpus=[len(n.cpus) for n in topology.nodes],
+            cores=[getattr(n, 'cores', None) or len(n.cpus)
+                   for n in topology.nodes],
+            distances=topology.distances,
+            bandwidth_mbps=self.opts.node_bandwidth_mbps,
+            latency_ns=getattr(matrix, 'latency_ns', None),
+            matrix_mbps=getattr(matrix, 'bandwidth_mbps', None))
+
+    def loads(self) -> list:
+        """What every measured guest does now (pinned ones included: they
+        share the nodes).
+        """
+        out = []
+        windows = self.agent.collector.windows
+        for name, state in self.agent.collector.guests.items():
+            domain = self.agent.domains.get(name)
+            mean = self._mean(name, last=min(3, self.opts.loop_window))
+            cpu = state.cpu
+            memory = collector_mod.fractions(state.memory_mb)
+            if domain is None or mean is None or not cpu or not memory or \
+                    mean.ips <= 0:
+                continue
+            metrics = windows.mean(name)
+            stall = None
+            if metrics is not None and metrics.cycle_loss > 0:
+                stall = metrics.cycle_loss
+            out.append(cost.GuestLoad(
+                name=name, vcpus=domain.vcpus, cpu=cpu, memory=memory,
+                ips=mean.ips, cpi=mean.cps / mean.ips,
+                rpi=mean.rps / mean.ips,
+                mpi=min(mean.mps, mean.rps) / mean.ips, stall=stall))
+        return out
+
+    def movable(self, now: float) -> list:
+        """Guests the optimizer may move now."""
+        agent = self.agent
+        out = []
+        for name, domain in agent.domains.items():
+            if name in agent.migrating or name in self.checks:
+                continue
+            policy, _ = placer_mod.guest_policy(
+                domain, agent.opts.managed_guests,
+                agent.conf.numa_overhead.default_policy,
+                agent.conf.numa_overhead.default_max_nodes)
+            if policy is None or not policy.rebalance:
+                continue
+            if self.backoff.get(name, (0, 0.0))[1] > now or \
+                    self.held.get(name, 0.0) > now:
+                continue
+            out.append(domain)
+        return out
+
+    def candidates(self, domain, model: cost.HostModel) -> list:
+        """Node sets the guest could move to: single nodes, and pairs (or
+        the nearest larger sets) where one node's CPUs are too few.
+        """
+        topology = self.agent.topology
+        nova_nodes = set(self.agent.nova_allowed.get(domain.name, ()) or
+                         range(topology.size))
+        nova_cpus = set(self.agent.nova_cpus.get(domain.name, ()))
+        nodes = [n.id for n in topology.nodes if n.cpus and
+                 n.id in nova_nodes and
+                 (not nova_cpus or nova_cpus.intersection(n.cpus))]
+        sets = [(n,) for n in nodes]
+        need = max(1, math.ceil(domain.vcpus / max(min(
+            model.threads[n] for n in nodes), 1))) if nodes else 1
+        if domain.vcpus > 1:
+            dist = topology.distances
+            for k in range(2, min(max(2, need), len(nodes)) + 1):
+                for seed in nodes:
+                    near = sorted((n for n in nodes if n != seed),
+                                  key=lambda n: (dist[seed][n], n))
+                    sets.append(tuple(sorted([seed] + near[:k - 1])))
+        return sorted(set(sets))
+
+    def plan(self, now: float) -> list:
+        """The moves to make now, best first."""
+        loads = self.loads()
+        if not loads:
+            return []
+        host = self.host_model()
+        model = cost.Model(host, loads)
+        measured = {g.name for g in loads}
+        budget = float('inf')
+        rate = max(self.opts.migrate_rate_mb_per_s, 1.0) if \
+            self.opts.migrate_rate_mb_per_s > 0 else 2048.0
+        horizon = float(self.opts.payback_horizon)
+        committed = {}
+        actions = []
+        movable = [d for d in self.movable(now) if d.name in measured]
+        for _ in range(MAX_ACTIONS):
+            best = None
+            for domain in movable:
+                if domain.name in committed:
+                    continue
+                best = self._best_for(domain, model, host, committed, rate,
+                                      horizon, budget, best)
+            if best is None:
+                break
+            actions.append(best)
+            committed[best.guest] = best.predicted
+            budget -= best.moved_mb
+        return actions
+
+    def _best_for(self, domain, model, host, committed, rate, horizon,
+                  budget, best):
+        agent = self.agent
+        name = domain.name
+        state = agent.collector.guests.get(name)
+        touched = sum(state.memory_mb.values()) if state else 0.0
+        now_cpu, now_mem = model.now[name]
+        view = agent.host_view(without=name)
+        base_changes = dict(committed)
+        for nodes in self.candidates(domain, host):
+            room = sum(view.free_mb[n] for n in nodes)
+            if room < domain.memory_mb + self.opts.reserve_mb:
+                continue
+            target = cost.even(nodes)
+            if target == now_cpu and cost.moved_fraction(
+                    now_mem, target) < 0.05:
+                continue
+            moved = touched * cost.moved_fraction(now_mem, target)
+            if moved > budget:
+                continue
+            changes = dict(base_changes)
+            changes[name] = (target, target)
+            ratios = model.predict(changes)
+            without = model.predict(base_changes) if base_changes else {}
+            gain = sum(r - without.get(g, 1.0) for g, r in ratios.items())
+            price = moved / rate * MOVE_COST
+            if gain < self.opts.min_gain or \
+                    gain * horizon < self.opts.gain_margin * price:
+                continue
+            score = gain - price / horizon
+            if best is None or score > best.gain - best.cost / horizon:
+                best = Action(name, nodes, self._cpus(domain, nodes), gain,
+                              price, moved, (target, target))
+        return best
+
+    def _cpus(self, domain, nodes) -> tuple:
+        topology = self.agent.topology
+        nova_cpus = set(self.agent.nova_cpus.get(domain.name, ()))
+        cpus = [c for n in nodes for c in topology.nodes[n].cpus
+                if not nova_cpus or c in nova_cpus]
+        return tuple(sorted(cpus))
+
+    # -- acting ---------------------------------------------------------------
+
+    def neighbours(self, name, nodes) -> dict:
+        """Guests sharing a node (vCPUs or memory) with ``nodes``."""
+        out = {}
+        nodes = set(nodes)
+        for other, state in self.agent.collector.guests.items():
+            if other == name:
+                continue
+            if nodes.intersection(state.cpu) or \
+                    nodes.intersection(state.memory_mb):
+                mean = self._mean(other)
+                if mean is not None:
+                    out[other] = mean.ips
+        return out
+
+    def apply(self, action: Action, now: float) -> bool:
+        agent = self.agent
+        domain = agent.domains.get(action.guest)
+        if domain is None:
+            return False
+        state = agent.collector.guests.get(action.guest)
+        before = self._mean(action.guest)
+        previous = agent.restrictions.get(action.guest, ((), ()))
+        ran_on = tuple(sorted(state.cpu)) if state else ()
+        undo = (previous[0], previous[1] or self._cpus(domain, ran_on))
+        reason = ('predicted gain %.3f pays its cost %.1f guest-s back '
+                  'within %d s (%d MiB to move)' % (
+                      action.gain, action.cost, self.opts.payback_horizon,
+                      action.moved_mb))
+        if agent.opts.enforcement not in (placer_mod.NODESET,
+                                          placer_mod.PAGES):
+            LOG.info('Would move %(guest)s, vCPUs and memory, to nodes '
+                     '%(nodes)s (enforcement=%(mode)s): %(reason)s',
+                     {'guest': action.guest, 'nodes': action.nodes,
+                      'mode': agent.opts.enforcement, 'reason': reason})
+            self.counts['advised'] += 1
+            self.held[action.guest] = now + HOLD
+            return False
+        touched = set(action.nodes) | set(state.cpu if state else ()) | \
+            set(state.memory_mb if state else ())
+        neighbours = self.neighbours(action.guest, touched)
+        done = agent._guarded(domain, 'Optimizer move', self._move, domain,
+                              action.nodes, action.cpus)
+        if not done:
+            self.counts['failed'] += 1
+            return False
+        agent.restrictions[action.guest] = (tuple(action.nodes),
+                                            tuple(action.cpus))
+        agent.record(action.guest, 'optimized',
+                     'ok: vCPUs and memory to nodes %s: %s'
+                     % (_text(action.nodes), reason))
+        agent._write_record(domain)
+        self.counts['moved'] += 1
+        rate = self.opts.migrate_rate_mb_per_s or 2048.0
+        settle = now + action.moved_mb / max(rate, 1.0) + 1.0
+        if before is not None:
+            self.checks[action.guest] = Check(
+                action.guest, now, settle, before.ips, neighbours, undo,
+                action.gain, tuple(action.nodes), action.moved_mb)
+        LOG.info('Moved %(guest)s, vCPUs and memory, to nodes %(nodes)s: '
+                 '%(reason)s', {'guest': action.guest,
+                                'nodes': _text(action.nodes),
+                                'reason': reason})
+        agent._notify('numa_overhead.optimize', {
+            'guest': action.guest, 'nodes': list(action.nodes),
+            'predicted_gain': action.gain, 'cost': action.cost,
+            'moved_mb': action.moved_mb})
+        return True
+
+    def _move(self, domain, nodes, cpus) -> bool:
+        hv = self.agent.hv
+        hv.pin_vcpus(domain, cpus)
+        hv.set_nodeset(domain, nodes)
+        return True
+
+    # -- the closed loop ------------------------------------------------------
+
+    def verdicts(self, now: float) -> list:
+        """Keep or undo the moves whose pages have landed."""
+        out = []
+        for name, check in list(self.checks.items()):
+            if now < check.settle:
+                continue
+            after = self._mean(name, since=check.settle)
+            if after is None:
+                continue
+            del self.checks[name]
+            own = after.ips / check.before if check.before > 0 else 1.0
+            before_n = after_n = 0.0
+            for other, ips in check.neighbours.items():
+                mean = self._mean(other, since=check.settle)
+                if mean is None:
+                    continue
+                before_n += ips
+                after_n += mean.ips
+            hood = after_n / before_n if before_n > 0 else 1.0
+            limit = 1.0 - self.opts.undo_threshold
+            if own >= limit and hood >= limit:
+                self._keep(check, own, hood, now)
+                out.append((name, 'kept'))
+            else:
+                self._undo(check, own, hood, now)
+                out.append((name, 'undone'))
+        return out
+
+    def _keep(self, check, own, hood, now) -> None:
+        self.counts['kept'] += 1
+        undos, _until = self.backoff.get(check.guest, (0, 0.0))
+        if undos:
+            self.backoff[check.guest] = (max(0, undos - 1), 0.0)
+        self.held[check.guest] = now + HOLD
+        text = ('kept: progress %+.1f%%, its neighbours %+.1f%% (predicted '
+                'gain %.3f)' % ((own - 1) * 100, (hood - 1) * 100,
+                                check.predicted))
+        self.agent.record(check.guest, 'optimized', 'ok: ' + text)
+        LOG.info('Move of %(guest)s to nodes %(nodes)s %(text)s',
+                 {'guest': check.guest, 'nodes': _text(check.nodes),
+                  'text': text})
+        self.agent._notify('numa_overhead.optimize.kept', {
+            'guest': check.guest, 'progress': own, 'neighbours': hood})
+
+    def _undo(self, check, own, hood, now) -> None:
+        agent = self.agent
+        undos, _until = self.backoff.get(check.guest, (0, 0.0))
+        wait = min(BACKOFF_BASE * 2 ** undos, BACKOFF_MAX)
+        self.backoff[check.guest] = (undos + 1, now + wait)
+        text = ('progress %+.1f%%, its neighbours %+.1f%% (predicted gain '
+                '%.3f)' % ((own - 1) * 100, (hood - 1) * 100,
+                           check.predicted))
+        domain = agent.domains.get(check.guest)
+        nodes, cpus = check.undo
+        done = domain is not None and agent._guarded(
+            domain, 'Undoing a move', self._restore, domain, nodes, cpus)
+        if not done:
+            self.counts['undo_failed'] += 1
+            return
+        agent.restrictions[check.guest] = (tuple(nodes), tuple(cpus))
+        self.counts['undone'] += 1
+        agent.record(check.guest, 'undone',
+                     'ok: back where it ran: %s; left alone %d s' % (
+                         text, wait))
+        agent._write_record(domain)
+        LOG.info('Undid the move of %(guest)s to nodes %(nodes)s: '
+                 '%(text)s; left alone for %(wait)d s',
+                 {'guest': check.guest, 'nodes': _text(check.nodes),
+                  'text': text, 'wait': wait})
+        agent._notify('numa_overhead.optimize.undone', {
+            'guest': check.guest, 'progress': own, 'neighbours': hood,
+            'backoff_s': wait})
+
+    def _restore(self, domain, nodes, cpus) -> bool:
+        hv = self.agent.hv
+        nova = self.agent.nova_allowed.get(domain.name, ())
+        if cpus:
+            hv.pin_vcpus(domain, cpus)
+        hv.set_nodeset(domain, nodes or nova or range(
+            self.agent.topology.size))
+        return True
+
+    def status(self) -> dict:
+        """Counts for ``nova-numa-overhead status``."""
+        return {'moved': self.counts['moved'], 'kept': self.counts['kept'],
+                'undone': self.counts['undone'],
+                'advised': self.counts['advised'],
+                'failed': self.counts['failed'] +
+                self.counts['undo_failed'],
+                'waiting': len(self.checks),
+                'backing_off': sum(1 for _u, until in self.backoff.values()
+                                   if until > 0)}
+
+
+def _text(nodes) -> str:
+    return ','.join(str(n) for n in nodes)

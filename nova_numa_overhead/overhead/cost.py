@@ -1,0 +1,300 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The agent's cost model: predicted time, not levels.
+
+The four levels (Figure 4) are what agents report to the schedulers. The
+agent's own decisions (moving a guest's vCPUs and memory) are taken on a
+prediction of every guest's speed, in the currency the issue asks for:
+instructions per second, from what the agent measures.
+
+For every guest the model keeps what was measured over the last samples:
+instructions and cycles per second, LLC references and misses per
+instruction, the share of cycles stalled on memory (measured where the
+host has the stalled-cycles event, else estimated, ``MISS_CYCLES``), where
+its vCPUs run and where its pages are. A guest's time per instruction is
+split into a core part and a memory part; a candidate placement changes
+
+* its CPU share: vCPUs beyond a node's hardware threads wait, a second
+  thread on a core adds ``SMT_YIELD`` of a core;
+* without the stalled-cycles event, the stall share is the larger of what
+  the LLC misses explain (``MISS_CYCLES`` each) and, for a
+  memory-intensive guest, the CPI beyond ``CORE_CPI``;
+* its LLC misses: the node's LLC is shared by the memory-intensive vCPUs
+  running there (``LLC_VCPUS_PER_CORE`` of them per core fit);
+* its memory stalls: latency of each (vCPU node, memory node) pair (the
+  probe's matrix, else SLIT), stretched by the queueing of the memory
+  controllers and links it uses (``1 + rho / (1 - rho)``), with their
+  bandwidth from the probe or ``node_bandwidth_mbps``.
+
+Each of these also changes what the guest's neighbours get, so a move is
+scored on the sum of every guest's relative speed change. The constants
+are documented assumptions, not fitted to the simulator; the closed loop
+(:mod:`nova_numa_overhead.compute.optimizer`) undoes what the model
+misjudged.
+"""
+
+import dataclasses
+import math
+
+SMT_YIELD = 0.3          # a second hardware thread: +30% of a core
+LLC_VCPUS_PER_CORE = 0.4  # memory-intensive working sets an LLC holds
+MISS_CYCLES = 50.0       # stall per local LLC miss when not measured
+CORE_CPI = 0.8           # cycles per instruction of a core not stalled
+MAX_STALL = 0.9          # share of cycles a guest can be stalled
+RHO_MAX = 0.95
+LINK_FRACTION = 0.4      # link bandwidth / controller bandwidth, unknown
+CACHE_LINE = 64
+MEMORY_INTENSIVE_RPKI = 3.0   # LLC references per 1,000 instructions
+
+
+@dataclasses.dataclass(frozen=True)
+class HostModel:
+    """What the agent knows of the host's hardware."""
+
+    cores: tuple              # physical cores per node
+    threads: tuple            # hardware threads per node
+    latency: tuple            # relative latency [cpu node][memory node]
+    bandwidth_mbps: tuple     # memory controllers of each node, MB/s
+    link_mbps: tuple          # [cpu node][memory node], MB/s
+
+    @property
+    def size(self) -> int:
+        return len(self.cores)
+
+    @classmethod
+    def build(cls, cpus, distances, bandwidth_mbps, cores=None,
+              latency_ns=None, matrix_mbps=None) -> 'HostModel':
+        """From the topology: CPUs per node, SLIT, the bandwidth option,
+        and the probe's matrix where it was measured.
+        """
+        n = len(cpus)
+        cores = tuple(cores) if cores else tuple(cpus)
+        threads = tuple(max(t, c) for t, c in zip(cpus, cores))
+        if latency_ns:
+            lat = [[float(latency_ns[i][j] or 0.0) for j in range(n)]
+                   for i in range(n)]
+            for i in range(n):
+                for j in range(n):
+                    if lat[i][j] <= 0:
+                        lat[i][j] = distances[i][j] / 10.0 * (
+                            lat[i][i] or 1.0)
+            local = [lat[i][i] or 1.0 for i in range(n)]
+            latency = tuple(tuple(lat[i][j] / local[i] for j in range(n))
+                            for i in range(n))
+        else:
+            latency = tuple(tuple(distances[i][j] / 10.0 for j in range(n))
+                            for i in range(n))
+        bw = [float(bandwidth_mbps)] * n
+        if matrix_mbps:
+            for i in range(n):
+                if matrix_mbps[i][i]:
+                    bw[i] = float(matrix_mbps[i][i])
+        link = [[(float(matrix_mbps[i][j]) if matrix_mbps and
+                  matrix_mbps[i][j] else min(bw[i], bw[j]) * LINK_FRACTION)
+                 for j in range(n)] for i in range(n)]
+        return cls(cores=tuple(float(c) for c in cores),
+                   threads=tuple(float(t) for t in threads),
+                   latency=latency, bandwidth_mbps=tuple(bw),
+                   link_mbps=tuple(tuple(r) for r in link))
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestLoad:
+    """One guest as measured: rates per second and where it is."""
+
+    name: str
+    vcpus: int
+    cpu: dict                 # node -> fraction of its vCPUs
+    memory: dict              # node -> fraction of its pages
+    ips: float                # instructions per second
+    cpi: float                # cycles per instruction (while running)
+    rpi: float                # LLC references per instruction
+    mpi: float                # LLC misses per instruction
+    stall: float | None = None  # share of cycles stalled, if measured
+
+    @property
+    def intensive(self) -> bool:
+        return self.rpi * 1000.0 >= MEMORY_INTENSIVE_RPKI
+
+    @property
+    def traffic_mbps(self) -> float:
+        return self.ips * self.mpi * CACHE_LINE / 1e6
+
+
+def _queue(rho: float) -> float:
+    rho = min(max(rho, 0.0), RHO_MAX)
+    return 1.0 + rho / (1.0 - rho)
+
+
+class Model:
+    """Predicts every guest's speed for a change of one or more guests'
+    placement, relative to now.
+    """
+
+    def __init__(self, host: HostModel, guests):
+        self.host = host
+        self.guests = {g.name: g for g in guests}
+        self.now = {g.name: (dict(g.cpu), dict(g.memory)) for g in guests}
+        self._base = self._aggregates(self.now)
+        self._ref = {name: self._reference(name) for name in self.guests}
+        self._speed_now = {name: self._speed(name, self.now, self._base)
+                           for name in self.guests}
+
+    # -- node aggregates ----------------------------------------------------
+
+    def _aggregates(self, placement, speeds=None) -> dict:
+        """Per node: vCPU demand, LLC pressure, controller traffic; per
+        (cpu node, memory node): link traffic.
+        """
+        n = self.host.size
+        demand = [0.0] * n
+        pressure = [0.0] * n
+        ctrl = [0.0] * n
+        link = {}
+        for name, (cpu, mem) in placement.items():
+            g = self.guests[name]
+            scale = (speeds or {}).get(name, 1.0)
+            traffic = g.traffic_mbps * scale
+            for i, f in cpu.items():
+                demand[i] += g.vcpus * f
+                if g.intensive:
+                    pressure[i] += g.vcpus * f
+            for j, m in mem.items():
+                ctrl[j] += traffic * m
+                for i, f in cpu.items():
+                    if i != j:
+                        link[(i, j)] = link.get((i, j), 0.0) + \
+                            traffic * f * m
+        return {'demand': demand, 'pressure': pressure, 'ctrl': ctrl,
+                'link': link}
+
+    # -- one guest ------------------------------------------------------------
+
+    def _cpu(self, node: int, agg) -> tuple:
+        """(run share, SMT factor) of a vCPU on ``node``."""
+        demand = agg['demand'][node]
+        cores = self.host.cores[node]
+        threads = self.host.threads[node]
+        if demand <= 0:
+            return 1.0, 1.0
+        running = min(demand, threads)
+        extra = max(running - cores, 0.0)
+        eff = min(running, cores + SMT_YIELD * extra)
+        return running / demand, eff / running
+
+    def _fit(self, node: int, agg) -> float:
+        room = self.host.cores[node] * LLC_VCPUS_PER_CORE
+        pressure = agg['pressure'][node]
+        return 1.0 if pressure <= room else room / pressure
+
+    def _latency(self, cpu, mem, agg) -> float:
+        host = self.host
+        total = 0.0
+        for j, m in mem.items():
+            q = _queue(agg['ctrl'][j] / host.bandwidth_mbps[j])
+            for i, f in cpu.items():
+                lat = host.latency[i][j] * q
+                if i != j:
+                    lat *= _queue(agg['link'].get((i, j), 0.0) /
+                                  host.link_mbps[i][j])
+                total += f * m * lat
+        return total
+
+    def _reference(self, name) -> tuple:
+        """What does not change with a candidate: (core CPI, stall share,
+        LLC hit rate, fit and latency now).
+        """
+        g = self.guests[name]
+        cpu0, mem0 = self.now[name]
+        base = self._base
+        fit0 = sum(f * self._fit(i, base) for i, f in cpu0.items())
+        smt0 = sum(f * self._cpu(i, base)[1] for i, f in cpu0.items())
+        # Cycles per instruction a full core would need now.
+        cpi = max(g.cpi, 1e-3) * max(smt0, 1e-3)
+        lat0 = max(self._latency(cpu0, mem0, base), 1e-6)
+        if g.stall is not None:
+            stall = min(max(g.stall, 0.0), MAX_STALL)
+        else:
+            # Without the stall counter: what the misses explain, or
+            # what the CPI shows beyond a core's (top-down's rule of
+            # thumb: a CPI well above 1 is memory-bound), the larger.
+            stall = min(max(g.mpi * MISS_CYCLES * lat0 / cpi,
+                            1.0 - CORE_CPI / cpi if g.intensive else 0.0),
+                        MAX_STALL)
+        hit0 = 1.0 - (g.mpi / g.rpi if g.rpi > 0 else 0.0)
+        return cpi, stall, hit0, max(fit0, 1e-6), lat0
+
+    def _speed(self, name, placement, agg) -> float:
+        """Instructions per second of one guest, up to a constant."""
+        cpu, mem = placement[name]
+        run = smt = fit = 0.0
+        for i, f in cpu.items():
+            r, s = self._cpu(i, agg)
+            run += f * r
+            smt += f * s
+            fit += f * self._fit(i, agg)
+        cpi, stall, hit0, fit0, lat0 = self._ref[name]
+        hit = min(max(hit0 * fit / fit0, 0.0), 0.98) if hit0 > 0 else 0.0
+        misses = (1.0 - hit) / max(1.0 - hit0, 1e-6)
+        lat = self._latency(cpu, mem, agg)
+        new_cpi = cpi * (1.0 - stall) + cpi * stall * misses * lat / lat0
+        return run * smt / max(new_cpi, 1e-6)
+
+    # -- predictions ----------------------------------------------------------
+
+    def predict(self, changes: dict, iterations: int = 3) -> dict:
+        """Name -> predicted speed / speed now, for the guests a change
+        reaches (those sharing a node with it; the others keep 1.0), when
+        the guests in ``changes`` (name -> (cpu, memory)) move.
+        """
+        placement = dict(self.now)
+        placement.update(changes)
+        nodes = set()
+        for name, (cpu, mem) in changes.items():
+            cpu0, mem0 = self.now[name]
+            nodes.update(cpu, mem, cpu0, mem0)
+        reached = [name for name, (cpu, mem) in placement.items()
+                   if nodes.intersection(cpu) or nodes.intersection(mem)]
+        ratios = {name: 1.0 for name in reached}
+        for _ in range(iterations):
+            agg = self._aggregates(placement, ratios)
+            for name in reached:
+                now = self._speed_now[name]
+                new = self._speed(name, placement, agg) / now \
+                    if now > 0 else 1.0
+                ratios[name] = 0.5 * ratios[name] + 0.5 * new
+        return ratios
+
+    def gain(self, changes: dict) -> float:
+        """Sum over guests of the relative speed change (guests' share of
+        the host's throughput, each guest counting once).
+        """
+        return sum(r - 1.0 for r in self.predict(changes).values())
+
+
+def even(nodes) -> dict:
+    nodes = sorted(nodes)
+    return {n: 1.0 / len(nodes) for n in nodes}
+
+
+def moved_fraction(before: dict, after: dict) -> float:
+    """Share of a guest's pages that must move from ``before`` to
+    ``after`` (both node -> fraction).
+    """
+    return sum(max(0.0, f - after.get(n, 0.0)) for n, f in before.items())
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v > 0]
+    if not values:
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))
