@@ -56,6 +56,7 @@ BACKOFF_BASE = 60.0      # seconds left alone after a first undo
 BACKOFF_MAX = 3600.0
 HOLD = 30.0              # seconds a kept move is left before the next
 HISTORY = 32             # samples of progress kept per guest
+WORST_FACTOR = 3.0       # a single guest may lose 3 x undo_threshold
 
 
 @dataclasses.dataclass
@@ -115,8 +116,9 @@ class Optimizer:
         guests = self.agent.collector.guests
         for name in [n for n in self.history if n not in guests]:
             del self.history[name]
-        for name in [n for n in self.checks if n not in guests]:
-            del self.checks[name]
+        for table in (self.checks, self.backoff, self.held):
+            for name in [n for n in table if n not in guests]:
+                del table[name]
         for name, state in guests.items():
             if state.delta is None or state.seconds <= 0 or \
                     state.last_time != now:
@@ -251,11 +253,14 @@ class Optimizer:
         host = self.host_model()
         model = cost.Model(host, loads)
         measured = {g.name for g in loads}
-        budget = float('inf')
         rate = max(self.opts.migrate_rate_mb_per_s, 1.0) if \
             self.opts.migrate_rate_mb_per_s > 0 else 2048.0
+        # What the move rate lets land before the next pass; the first
+        # move of a pass may be larger (one guest at a time).
+        budget = rate * self.opts.optimize_interval
         horizon = float(self.opts.payback_horizon)
         committed = {}
+        taken = {}            # node -> MiB the moves chosen so far need
         actions = []
         movable = [d for d in self.movable(now) if d.name in measured]
         for _ in range(MAX_ACTIONS):
@@ -264,16 +269,20 @@ class Optimizer:
                 if domain.name in committed:
                     continue
                 best = self._best_for(domain, model, host, committed, rate,
-                                      horizon, budget, best)
+                                      horizon, budget if actions else
+                                      float('inf'), best, taken)
             if best is None:
                 break
             actions.append(best)
             committed[best.guest] = best.predicted
             budget -= best.moved_mb
+            memory = self.agent.domains[best.guest].memory_mb
+            for node, share in best.predicted[1].items():
+                taken[node] = taken.get(node, 0.0) + memory * share
         return actions
 
     def _best_for(self, domain, model, host, committed, rate, horizon,
-                  budget, best):
+                  budget, best, taken=None):
         agent = self.agent
         name = domain.name
         state = agent.collector.guests.get(name)
@@ -282,7 +291,8 @@ class Optimizer:
         view = agent.host_view(without=name)
         base_changes = dict(committed)
         for nodes in self.candidates(domain, host):
-            room = sum(view.free_mb[n] for n in nodes)
+            room = sum(view.free_mb[n] - (taken or {}).get(n, 0.0)
+                       for n in nodes)
             if room < domain.memory_mb + self.opts.reserve_mb:
                 continue
             target = cost.even(nodes)
@@ -374,6 +384,9 @@ class Optimizer:
             self.checks[action.guest] = Check(
                 action.guest, now, settle, before.ips, neighbours, undo,
                 action.gain, tuple(action.nodes), action.moved_mb)
+        else:
+            # Nothing to judge it against: left alone until it settles.
+            self.held[action.guest] = settle + HOLD
         LOG.info('Moved %(guest)s, vCPUs and memory, to nodes %(nodes)s: '
                  '%(reason)s', {'guest': action.guest,
                                 'nodes': _text(action.nodes),
@@ -403,21 +416,28 @@ class Optimizer:
                 continue
             del self.checks[name]
             own = after.ips / check.before if check.before > 0 else 1.0
+            changes = [own - 1.0]
             before_n = after_n = 0.0
             for other, ips in check.neighbours.items():
                 mean = self._mean(other, since=check.settle)
-                if mean is None:
+                if mean is None or ips <= 0:
                     continue
                 before_n += ips
                 after_n += mean.ips
+                changes.append(mean.ips / ips - 1.0)
             hood = after_n / before_n if before_n > 0 else 1.0
-            limit = 1.0 - self.opts.undo_threshold
-            if own >= limit and hood >= limit:
+            # Judged as it was chosen: the sum of the guests' relative
+            # changes (it and the guests on the nodes it left or joined),
+            # and the guest itself not much slower.
+            net = sum(changes)
+            threshold = self.opts.undo_threshold
+            if net >= -threshold and own >= 1.0 - WORST_FACTOR * threshold:
                 self._keep(check, own, hood, now)
                 out.append((name, 'kept'))
-            else:
-                self._undo(check, own, hood, now)
+            elif self._undo(check, own, hood, now):
                 out.append((name, 'undone'))
+            else:
+                out.append((name, 'undo failed'))
         return out
 
     def _keep(self, check, own, hood, now) -> None:
@@ -450,7 +470,7 @@ class Optimizer:
             domain, 'Undoing a move', self._restore, domain, nodes, cpus)
         if not done:
             self.counts['undo_failed'] += 1
-            return
+            return False
         agent.restrictions[check.guest] = (tuple(nodes), tuple(cpus))
         self.counts['undone'] += 1
         agent.record(check.guest, 'undone',
@@ -464,6 +484,7 @@ class Optimizer:
         agent._notify('numa_overhead.optimize.undone', {
             'guest': check.guest, 'progress': own, 'neighbours': hood,
             'backoff_s': wait})
+        return True
 
     def _restore(self, domain, nodes, cpus) -> bool:
         hv = self.agent.hv
@@ -483,7 +504,7 @@ class Optimizer:
                 self.counts['undo_failed'],
                 'waiting': len(self.checks),
                 'backing_off': sum(1 for _u, until in self.backoff.values()
-                                   if until > 0)}
+                                   if until > self.agent.clock())}
 
 
 def _text(nodes) -> str:

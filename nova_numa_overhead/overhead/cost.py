@@ -32,7 +32,7 @@ split into a core part and a memory part; a candidate placement changes
   running there (``LLC_VCPUS_PER_CORE`` of them per core fit);
 * its memory stalls: latency of each (vCPU node, memory node) pair (the
   probe's matrix, else SLIT), stretched by the queueing of the memory
-  controllers and links it uses (``1 + rho / (1 - rho)``), with their
+  controllers and links it uses (``1 + rho^3 / (1 - rho)``), with their
   bandwidth from the probe or ``node_bandwidth_mbps``.
 
 Each of these also changes what the guest's neighbours get, so a move is
@@ -51,6 +51,7 @@ MISS_CYCLES = 50.0       # stall per local LLC miss when not measured
 CORE_CPI = 0.8           # cycles per instruction of a core not stalled
 MAX_STALL = 0.9          # share of cycles a guest can be stalled
 RHO_MAX = 0.95
+QUEUE_KNEE = 3           # latency stays flat at low utilisation
 LINK_FRACTION = 0.4      # link bandwidth / controller bandwidth, unknown
 CACHE_LINE = 64
 MEMORY_INTENSIVE_RPKI = 3.0   # LLC references per 1,000 instructions
@@ -77,6 +78,11 @@ class HostModel:
         and the probe's matrix where it was measured.
         """
         n = len(cpus)
+        # A node the probe could not measure (no CPUs) has a None row.
+        latency_ns = [list(r) if r else [0.0] * n
+                      for r in latency_ns] if latency_ns else None
+        matrix_mbps = [list(r) if r else [0.0] * n
+                       for r in matrix_mbps] if matrix_mbps else None
         cores = tuple(cores) if cores else tuple(cpus)
         threads = tuple(max(t, c) for t, c in zip(cpus, cores))
         if latency_ns:
@@ -131,8 +137,12 @@ class GuestLoad:
 
 
 def _queue(rho: float) -> float:
+    """Loaded latency / idle latency at utilisation ``rho``: flat while
+    the controller or link is lightly used, steep near saturation (the
+    knee of measured bandwidth-latency curves), ``1 + rho^3 / (1 - rho)``.
+    """
     rho = min(max(rho, 0.0), RHO_MAX)
-    return 1.0 + rho / (1.0 - rho)
+    return 1.0 + rho ** QUEUE_KNEE / (1.0 - rho)
 
 
 class Model:
@@ -251,7 +261,7 @@ class Model:
 
     # -- predictions ----------------------------------------------------------
 
-    def predict(self, changes: dict, iterations: int = 3) -> dict:
+    def predict(self, changes: dict, iterations: int = 10) -> dict:
         """Name -> predicted speed / speed now, for the guests a change
         reaches (those sharing a node with it; the others keep 1.0), when
         the guests in ``changes`` (name -> (cpu, memory)) move.
@@ -264,15 +274,23 @@ class Model:
             nodes.update(cpu, mem, cpu0, mem0)
         reached = [name for name, (cpu, mem) in placement.items()
                    if nodes.intersection(cpu) or nodes.intersection(mem)]
-        ratios = {name: 1.0 for name in reached}
+        # First at today's traffic, then with the traffic the predicted
+        # speeds bring (damped: faster guests load the controllers more).
+        ratios = self._ratios(reached, placement, None)
         for _ in range(iterations):
-            agg = self._aggregates(placement, ratios)
-            for name in reached:
-                now = self._speed_now[name]
-                new = self._speed(name, placement, agg) / now \
-                    if now > 0 else 1.0
-                ratios[name] = 0.5 * ratios[name] + 0.5 * new
+            new = self._ratios(reached, placement, ratios)
+            ratios = {name: 0.5 * ratios[name] + 0.5 * new[name]
+                      for name in reached}
         return ratios
+
+    def _ratios(self, reached, placement, speeds) -> dict:
+        agg = self._aggregates(placement, speeds)
+        out = {}
+        for name in reached:
+            now = self._speed_now[name]
+            out[name] = self._speed(name, placement, agg) / now \
+                if now > 0 else 1.0
+        return out
 
     def gain(self, changes: dict) -> float:
         """Sum over guests of the relative speed change (guests' share of

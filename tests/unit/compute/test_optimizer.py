@@ -1,0 +1,524 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import collections
+import dataclasses
+
+
+from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import optimizer
+from tests.unit.compute import fakes
+from tests.unit.compute import test_agent
+
+GIB = 1024
+IPS = 500000000
+NODE0_CPUS = tuple(range(8))
+NODE1_CPUS = tuple(range(8, 16))
+
+
+class OptimizerTestCase(test_agent.AgentTestCase):
+    """Two nodes of 8 CPUs; the optimizer's own passes are kept out of the
+    agent's cycle (``optimize_interval``) unless a test wants them.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+        self.flags(group='numa_overhead_agent', enforcement='nodeset',
+                   optimize=True, optimize_interval=3600, loop_window=3,
+                   payback_horizon=120, gain_margin=2.0, min_gain=0.05,
+                   undo_threshold=0.03, migrate_rate_mb_per_s=0)
+
+    def remote(self, name='a', memory_mb=4 * GIB, node0_cpus_only=False,
+               **kwargs):
+        """A guest whose vCPUs run on node 0 and whose memory is on 1."""
+        self.hv.add(name, {1: memory_mb}, vcpu_node=0, **kwargs)
+        if node0_cpus_only:
+            self.hv.guests[name] = dataclasses.replace(
+                self.hv.guests[name], nova_cpus=NODE0_CPUS)
+
+    def work(self, name, ips=IPS, refs=0.04, misses=0.02):
+        """One second of a guest: memory-intensive by default (CPI 2,
+        40 LLC references per 1,000 instructions, half missing).
+        """
+        self.hv.run(name, int(ips), int(2 * ips), int(refs * ips),
+                    int(misses * ips), 0)
+
+    def start(self, cycles=5):
+        """An agent that measured its guests for ``cycles`` seconds."""
+        return self.sample(self.make_agent(), cycles)
+
+    def sample(self, agent, cycles, **ips):
+        """``cycles`` more seconds; guests at ``ips[name]`` or IPS."""
+        for _ in range(cycles):
+            self.clock.now += 1
+            for name in self.hv.guests:
+                self.work(name, ips=ips.get(name, IPS))
+            agent.cycle()
+        return agent
+
+    def progress(self, agent, name, ips, after, samples=3):
+        """``samples`` seconds of ``name`` at ``ips`` after ``after``."""
+        rates = agent.optimizer.history.setdefault(
+            name, collections.deque(maxlen=optimizer.HISTORY))
+        for i in range(samples):
+            rates.append(optimizer.Rates(after + 1 + i, ips, 2.0 * ips,
+                                         0.04 * ips, 0.02 * ips))
+        return after + samples
+
+    def undo(self, agent, now):
+        """A move of 'a' checked at ``now`` that made it slower."""
+        opt = agent.optimizer
+        opt.checks['a'] = optimizer.Check(
+            'a', now - 10, now - 5, IPS, {}, ((0,), NODE0_CPUS), 0.5, (1,),
+            0.0)
+        self.progress(agent, 'a', 0.5 * IPS, now - 5)
+        self.assertEqual([('a', 'undone')], opt.verdicts(now))
+        return opt.backoff['a']
+
+    def to_node1(self, name='a', gain=0.5):
+        return optimizer.Action(name, (1,), NODE1_CPUS, gain, 0.0, 0.0,
+                                ({1: 1.0}, {1: 1.0}))
+
+
+class TestPlan(OptimizerTestCase):
+
+    def test_cheap_move_with_a_big_gain_is_planned(self):
+        # Its memory is on node 1: its vCPUs go there, no page moves.
+        self.remote()
+        agent = self.start()
+        actions = agent.optimizer.plan(self.clock.now)
+        self.assertEqual(1, len(actions))
+        action = actions[0]
+        self.assertEqual(('a', (1,), NODE1_CPUS),
+                         (action.guest, action.nodes, action.cpus))
+        self.assertEqual(0.0, action.moved_mb)
+        self.assertEqual(0.0, action.cost)
+        self.assertGreater(action.gain, 0.05)
+
+    def test_memory_move_that_pays_back_is_planned(self):
+        # Nova allows it node 0's CPUs only: its memory must come.
+        self.remote(node0_cpus_only=True)
+        agent = self.start()
+        actions = agent.optimizer.plan(self.clock.now)
+        self.assertEqual([('a', (0,), NODE0_CPUS, 4 * GIB)],
+                         [(a.guest, a.nodes, a.cpus, a.moved_mb)
+                          for a in actions])
+        # 4 GiB at 2 GiB/s (no rate limit), half speed meanwhile.
+        self.assertAlmostEqual(1.0, actions[0].cost)
+
+    def refused(self, **flags):
+        self.flags(group='numa_overhead_agent', **flags)
+        self.remote(node0_cpus_only=True)
+        agent = self.start()
+        return agent.optimizer.plan(self.clock.now)
+
+    def test_move_not_paid_back_within_the_horizon_is_refused(self):
+        self.assertEqual([], self.refused(payback_horizon=1))
+
+    def test_move_too_slow_to_pay_back_is_refused(self):
+        # 4 GiB at 1 MiB/s: over an hour at half speed.
+        self.assertEqual([], self.refused(migrate_rate_mb_per_s=1))
+
+    def test_move_below_the_gain_margin_is_refused(self):
+        self.assertEqual([], self.refused(gain_margin=10000.0))
+
+    def test_move_below_min_gain_is_refused(self):
+        self.assertEqual([], self.refused(min_gain=100.0))
+
+    def test_no_move_where_memory_and_reserve_do_not_fit(self):
+        # Node 0 has 4 GiB free: not the guest's 4 GiB and reserve_mb.
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=8 * GIB)
+        self.hv.add('filler', {0: 4 * GIB}, vcpu_node=1,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        self.remote(node0_cpus_only=True)
+        agent = self.start()
+        self.assertEqual([], agent.optimizer.plan(self.clock.now))
+
+    def test_room_counts_the_moves_planned_in_the_same_pass(self):
+        # Node 0 has 5 GiB free: room for one 3 GiB guest and the reserve,
+        # not for two.
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('filler', {0: 11 * GIB}, vcpu_node=1,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        self.remote('a', memory_mb=3 * GIB, node0_cpus_only=True)
+        self.remote('b', memory_mb=3 * GIB, node0_cpus_only=True)
+        agent = self.start()
+        actions = agent.optimizer.plan(self.clock.now)
+        self.assertEqual(1, len(actions))
+
+    def test_nothing_to_plan_before_guests_are_measured(self):
+        self.remote()
+        agent = self.start(cycles=2)
+        self.assertEqual([], agent.optimizer.plan(self.clock.now))
+
+    def test_the_agent_cycle_moves_once_a_pass_is_due(self):
+        self.flags(group='numa_overhead_agent', optimize_interval=5)
+        self.remote()
+        agent = self.start(cycles=3)
+        self.assertEqual({}, self.hv.pins)
+        self.sample(agent, 5)
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        self.assertEqual(((1,), NODE1_CPUS), agent.restrictions['a'])
+        self.assertEqual('optimized', agent.outcomes['a'].action)
+        self.assertEqual(1, agent.optimizer.status()['moved'])
+        self.assertIn('numa_overhead.optimize',
+                      [e for e, _payload in self.notifier.events])
+
+    def test_optimize_off_moves_nothing(self):
+        self.flags(group='numa_overhead_agent', optimize_interval=1,
+                   optimize=False)
+        self.remote()
+        agent = self.start(cycles=8)
+        self.assertEqual({}, self.hv.pins)
+        self.assertEqual(0, agent.optimizer.status()['moved'])
+
+
+class TestMovable(OptimizerTestCase):
+
+    def names(self, agent, now=None):
+        now = self.clock.now if now is None else now
+        return sorted(d.name for d in agent.optimizer.movable(now))
+
+    def test_pinned_and_non_rebalancing_guests_are_never_movable(self):
+        self.remote('floating')
+        self.remote('pinned', pinned=True)
+        self.remote('stays', extra_specs={'numa_overhead:rebalance': 'false'})
+        self.remote('none', extra_specs={'numa_overhead:policy': 'none'})
+        self.remote('other', nova=False)
+        agent = self.start()
+        self.assertEqual(['floating'], self.names(agent))
+        actions = agent.optimizer.plan(self.clock.now)
+        self.assertEqual(['floating'], [a.guest for a in actions])
+
+    def test_opt_in_guests_only(self):
+        self.flags(group='numa_overhead_agent', managed_guests='opt_in')
+        self.remote('plain')
+        self.remote('optin',
+                    extra_specs={'numa_overhead:policy': 'proportional'})
+        agent = self.start(cycles=1)
+        self.assertEqual(['optin'], self.names(agent))
+
+    def test_leaving_and_waiting_guests_are_not_movable(self):
+        self.remote('a')
+        self.remote('b')
+        self.remote('c')
+        agent = self.start(cycles=1)
+        agent.migrating.add('a')
+        agent.optimizer.checks['b'] = optimizer.Check(
+            'b', self.clock.now, self.clock.now + 1, IPS, {}, ((), ()), 0.5,
+            (1,), 0.0)
+        self.assertEqual(['c'], self.names(agent))
+
+    def test_held_guests_wait(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        agent.optimizer.held['a'] = self.clock.now + 30
+        self.assertEqual([], self.names(agent))
+        self.assertEqual(['a'], self.names(agent, self.clock.now + 30))
+
+
+class TestClosedLoop(OptimizerTestCase):
+
+    def moved(self, neighbour=False):
+        """'a' moved to node 1 (undo: node 0); with 'b' on node 1."""
+        self.remote('a')
+        if neighbour:
+            self.hv.add('b', {1: 4 * GIB}, vcpu_node=1,
+                        extra_specs={'numa_overhead:rebalance': 'false'})
+        agent = self.start()
+        now = self.clock.now
+        self.assertTrue(agent.optimizer.apply(self.to_node1(), now))
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        return agent, now
+
+    def test_apply_waits_for_a_verdict(self):
+        agent, now = self.moved(neighbour=True)
+        check = agent.optimizer.checks['a']
+        self.assertEqual(IPS, check.before)
+        self.assertEqual({'b': IPS}, check.neighbours)
+        # Where the placer had confined it, and the CPUs it ran on.
+        self.assertEqual(((0,), NODE0_CPUS), check.undo)
+        self.assertEqual(now + 1.0, check.settle)
+        self.assertEqual(((1,), NODE1_CPUS), agent.restrictions['a'])
+        self.assertEqual('optimized', agent.outcomes['a'].action)
+
+    def test_settle_time_follows_the_pages_to_move(self):
+        self.flags(group='numa_overhead_agent', migrate_rate_mb_per_s=512)
+        self.remote('a')
+        agent = self.start()
+        action = dataclasses.replace(self.to_node1(), moved_mb=2048.0)
+        agent.optimizer.apply(action, 200.0)
+        self.assertEqual(200.0 + 4.0 + 1.0, agent.optimizer.checks['a'].settle)
+
+    def test_no_verdict_before_the_window_after_settling(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        # Samples taken while the pages were in flight do not count.
+        self.progress(agent, 'a', IPS / 2, now - 1, samples=2)
+        self.assertEqual([], opt.verdicts(settle - 0.5))
+        self.progress(agent, 'a', IPS / 2, settle, samples=2)
+        self.assertEqual([], opt.verdicts(settle + 2))
+        self.assertIn('a', opt.checks)
+        self.assertEqual(1, opt.status()['waiting'])
+        self.progress(agent, 'a', IPS / 2, settle + 2, samples=1)
+        self.assertEqual([('a', 'undone')], opt.verdicts(settle + 3))
+        self.assertEqual({}, opt.checks)
+
+    def test_slower_guest_is_put_back(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        # 10% slower: beyond undo_threshold (3%).
+        end = self.progress(agent, 'a', 0.9 * IPS, settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
+        self.assertEqual((0,), self.hv.nodesets['a'])
+        self.assertEqual(((0,), NODE0_CPUS), agent.restrictions['a'])
+        self.assertEqual(1, opt.counts['undone'])
+        self.assertEqual(0, opt.counts['kept'])
+        self.assertEqual('undone', agent.outcomes['a'].action)
+        self.assertIn('left alone 60 s', agent.outcomes['a'].outcome)
+        self.assertEqual((1, end + 60.0), opt.backoff['a'])
+        self.assertEqual(((0,), NODE0_CPUS),
+                         (self.hv.recorded['a'].nodes,
+                          self.hv.recorded['a'].cpus))
+        event, payload = self.notifier.events[-1]
+        self.assertEqual('numa_overhead.optimize.undone', event)
+        self.assertEqual(60.0, payload['backoff_s'])
+        self.assertAlmostEqual(0.9, payload['progress'])
+
+    def test_faster_guest_keeps_its_move(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        end = self.progress(agent, 'a', 1.2 * IPS, settle)
+        self.assertEqual([('a', 'kept')], opt.verdicts(end))
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        self.assertEqual(1, opt.counts['kept'])
+        self.assertEqual(0, opt.counts['undone'])
+        self.assertEqual('optimized', agent.outcomes['a'].action)
+        self.assertIn('kept: progress +20.0%', agent.outcomes['a'].outcome)
+        self.assertNotIn('a', opt.backoff)
+        # Left where it is for a while before it is considered again.
+        self.assertEqual([], opt.movable(end + optimizer.HOLD - 1))
+        self.assertEqual(['a'], [d.name for d in
+                                 opt.movable(end + optimizer.HOLD)])
+
+    def test_loss_within_the_threshold_is_kept(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        end = self.progress(agent, 'a', 0.98 * IPS, opt.checks['a'].settle)
+        self.assertEqual([('a', 'kept')], opt.verdicts(end))
+
+    def test_slower_neighbours_put_it_back(self):
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        # It gained 10%, its neighbour lost 20%: a net loss.
+        self.progress(agent, 'a', 1.1 * IPS, settle)
+        end = self.progress(agent, 'b', 0.8 * IPS, settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
+        self.assertEqual(1, opt.counts['undone'])
+
+    def test_net_gain_with_a_slower_neighbour_is_kept(self):
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        # It gained 30%, its neighbour lost 10%: the host gained.
+        self.progress(agent, 'a', 1.3 * IPS, settle)
+        end = self.progress(agent, 'b', 0.9 * IPS, settle)
+        self.assertEqual([('a', 'kept')], opt.verdicts(end))
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+
+    def test_kept_through_the_agent_cycle(self):
+        agent, now = self.moved()
+        # The guest runs 20% faster from now on; the agent samples it.
+        self.sample(agent, 5, a=1.2 * IPS)
+        self.assertEqual(1, agent.optimizer.counts['kept'])
+        self.assertIn('a', agent.optimizer.held)
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        self.assertEqual({}, agent.optimizer.checks)
+
+    def test_undone_through_the_agent_cycle(self):
+        agent, now = self.moved()
+        self.sample(agent, 5, a=0.5 * IPS)
+        self.assertEqual(1, agent.optimizer.counts['undone'])
+        self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
+        self.assertEqual((0,), self.hv.nodesets['a'])
+
+    def test_undo_of_a_guest_nova_and_the_agent_left_free(self):
+        # No restriction before the move: back to the CPUs it ran on,
+        # and every node Nova allows.
+        self.remote('a')
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        opt = agent.optimizer
+        opt.apply(self.to_node1(), self.clock.now)
+        self.assertEqual(((), NODE0_CPUS), opt.checks['a'].undo)
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        opt.verdicts(end)
+        self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
+        self.assertEqual((0, 1), self.hv.nodesets['a'])
+
+    def test_failed_undo_is_counted(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        self.hv.raise_on[('pin_vcpus', 'a')] = hv_mod.HypervisorError('no')
+        self.assertEqual([('a', 'undo failed')], opt.verdicts(end))
+        self.assertEqual(0, opt.counts['undone'])
+        self.assertEqual(1, opt.status()['failed'])
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+
+
+class TestBackoff(OptimizerTestCase):
+
+    def test_waits_double_up_to_the_maximum(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        waits = []
+        now = 1000.0
+        for undos in range(1, 9):
+            count, until = self.undo(agent, now)
+            self.assertEqual(undos, count)
+            waits.append(until - now)
+            now = until
+        self.assertEqual([60, 120, 240, 480, 960, 1920, 3600, 3600], waits)
+        self.assertEqual(optimizer.BACKOFF_MAX, waits[-1])
+
+    def test_backed_off_guest_is_not_movable_until_the_wait_passes(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        opt = agent.optimizer
+        _count, until = self.undo(agent, 1000.0)
+        self.assertEqual(1060.0, until)
+        self.assertEqual([], opt.movable(1000.0))
+        self.assertEqual([], opt.movable(1059.0))
+        self.assertEqual(['a'], [d.name for d in opt.movable(1060.0)])
+        _count, until = self.undo(agent, 1060.0)
+        self.assertEqual([], opt.movable(1060.0 + 119.0))
+        self.assertEqual(['a'], [d.name for d in opt.movable(1180.0)])
+
+    def test_a_kept_move_halves_the_next_wait(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        opt = agent.optimizer
+        self.undo(agent, 1000.0)
+        self.undo(agent, 1060.0)
+        self.assertEqual(2, opt.backoff['a'][0])
+        opt.checks['a'] = optimizer.Check(
+            'a', 1170.0, 1175.0, IPS, {}, ((0,), NODE0_CPUS), 0.5, (1,),
+            0.0)
+        self.progress(agent, 'a', IPS, 1175.0)
+        self.assertEqual([('a', 'kept')], opt.verdicts(1180.0))
+        self.assertEqual((1, 0.0), opt.backoff['a'])
+        _count, until = self.undo(agent, 2000.0)
+        self.assertEqual(120.0, until - 2000.0)
+
+
+class TestEnforcement(OptimizerTestCase):
+
+    def test_advisory_moves_nothing(self):
+        self.flags(group='numa_overhead_agent', enforcement='advisory')
+        self.remote('a')
+        agent = self.start()
+        opt = agent.optimizer
+        actions = opt.plan(self.clock.now)
+        self.assertEqual(['a'], [a.guest for a in actions])
+        self.assertFalse(opt.apply(actions[0], self.clock.now))
+        self.assertEqual(1, opt.counts['advised'])
+        self.assertEqual(0, opt.counts['moved'])
+        self.assertEqual({}, self.hv.pins)
+        self.assertEqual({}, self.hv.nodesets)
+        self.assertEqual({}, opt.checks)
+        self.assertIn('Would move a, vCPUs and memory, to nodes (1,)',
+                      self.logger.output)
+        # Not advised again at once.
+        self.assertEqual([], opt.movable(self.clock.now))
+
+    def test_advisory_through_the_agent_cycle(self):
+        self.flags(group='numa_overhead_agent', enforcement='advisory',
+                   optimize_interval=1)
+        self.remote('a')
+        agent = self.start(cycles=6)
+        self.assertEqual({}, self.hv.pins)
+        self.assertEqual(1, agent.optimizer.status()['advised'])
+
+    def test_enforcement_off_never_plans(self):
+        self.flags(group='numa_overhead_agent', enforcement='off',
+                   optimize_interval=1)
+        self.remote('a')
+        agent = self.start(cycles=6)
+        self.assertFalse(agent.optimizer.due(self.clock.now + 3600))
+        self.assertEqual({}, self.hv.pins)
+        self.assertEqual(0, sum(agent.optimizer.status().values()))
+
+    def test_pages_enforcement_moves_too(self):
+        self.flags(group='numa_overhead_agent', enforcement='pages')
+        self.remote('a')
+        agent = self.start()
+        self.assertTrue(agent.optimizer.apply(self.to_node1(),
+                                              self.clock.now))
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+
+    def test_failed_move_is_counted(self):
+        self.remote('a')
+        agent = self.start()
+        self.hv.raise_on[('pin_vcpus', 'a')] = hv_mod.HypervisorError('no')
+        opt = agent.optimizer
+        self.assertFalse(opt.apply(self.to_node1(), self.clock.now))
+        self.assertEqual(1, opt.counts['failed'])
+        self.assertEqual({}, opt.checks)
+        self.assertEqual('failed', agent.outcomes['a'].action)
+
+
+class TestStatus(OptimizerTestCase):
+
+    def test_counts(self):
+        self.remote('a')
+        self.remote('b')
+        self.remote('c')
+        agent = self.start()
+        opt = agent.optimizer
+        now = self.clock.now
+        self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0, 'advised': 0,
+                          'failed': 0, 'waiting': 0, 'backing_off': 0},
+                         opt.status())
+        # 'b' moves later: the verdict on 'a' comes first.
+        self.assertTrue(opt.apply(self.to_node1('a'), now))
+        self.assertTrue(opt.apply(self.to_node1('b'), now + 100))
+        self.hv.raise_on[('pin_vcpus', 'c')] = hv_mod.HypervisorError('no')
+        self.assertFalse(opt.apply(self.to_node1('c'), now))
+        self.assertEqual({'moved': 2, 'kept': 0, 'undone': 0, 'advised': 0,
+                          'failed': 1, 'waiting': 2, 'backing_off': 0},
+                         opt.status())
+        self.progress(agent, 'a', 1.2 * IPS, now + 1)
+        self.assertEqual([('a', 'kept')], opt.verdicts(now + 4))
+        end = self.progress(agent, 'b', 0.5 * IPS, now + 101)
+        self.assertEqual([('b', 'undone')], opt.verdicts(end))
+        self.assertEqual({'moved': 2, 'kept': 1, 'undone': 1, 'advised': 0,
+                          'failed': 1, 'waiting': 0, 'backing_off': 1},
+                         opt.status())
+
+    def test_backing_off_ends_with_the_wait(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        self.undo(agent, self.clock.now)
+        self.assertEqual(1, agent.optimizer.status()['backing_off'])
+        self.clock.now += optimizer.BACKOFF_BASE + 1
+        self.assertEqual(0, agent.optimizer.status()['backing_off'])

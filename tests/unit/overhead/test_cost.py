@@ -1,0 +1,265 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import testtools
+
+from nova_numa_overhead.overhead import cost
+
+SLIT2 = ((10, 21), (21, 10))
+SLIT3 = ((10, 21, 21), (21, 10, 21), (21, 21, 10))
+LOCAL0 = ({0: 1.0}, {0: 1.0})
+LOCAL1 = ({1: 1.0}, {1: 1.0})
+
+
+def host(nodes=2, cpus=8, bandwidth_mbps=20000.0, **kwargs):
+    distances = SLIT2 if nodes == 2 else SLIT3
+    return cost.HostModel.build([cpus] * nodes, distances, bandwidth_mbps,
+                                **kwargs)
+
+
+def guest(name, cpu, memory, vcpus=2, ips=1e9, cpi=2.0, rpi=0.02,
+          mpi=0.01, stall=None):
+    """A guest; by default memory-intensive (20 LLC references per 1,000
+    instructions, half of them missing, a CPI of 2).
+    """
+    return cost.GuestLoad(name=name, vcpus=vcpus, cpu=dict(cpu),
+                          memory=dict(memory), ips=ips, cpi=cpi, rpi=rpi,
+                          mpi=mpi, stall=stall)
+
+
+def core_bound(name, cpu, memory, vcpus):
+    """A guest that barely touches memory: only its CPU share matters."""
+    return guest(name, cpu, memory, vcpus=vcpus, cpi=0.8, rpi=0.0001,
+                 mpi=0.00001)
+
+
+class TestHostModel(testtools.TestCase):
+
+    def test_slit_distances_become_latency_ratios(self):
+        model = host()
+        self.assertEqual(2, model.size)
+        self.assertEqual(((1.0, 2.1), (2.1, 1.0)), model.latency)
+        self.assertEqual((20000.0, 20000.0), model.bandwidth_mbps)
+        # No measured matrix: a link carries LINK_FRACTION of the slower
+        # controller.
+        link = 20000.0 * cost.LINK_FRACTION
+        self.assertEqual(((link, link), (link, link)), model.link_mbps)
+        self.assertEqual((8.0, 8.0), model.cores)
+        self.assertEqual((8.0, 8.0), model.threads)
+
+    def test_cores_and_hardware_threads(self):
+        model = cost.HostModel.build([16, 4], SLIT2, 20000.0, cores=[8, 8])
+        self.assertEqual((8.0, 8.0), model.cores)
+        # Never fewer threads than cores.
+        self.assertEqual((16.0, 8.0), model.threads)
+
+    def test_measured_latency_overrides_slit(self):
+        model = host(latency_ns=((80.0, 130.0), (140.0, 100.0)))
+        self.assertEqual((1.0, 130.0 / 80.0), model.latency[0])
+        self.assertEqual((1.4, 1.0), model.latency[1])
+
+    def test_unmeasured_latency_falls_back_to_slit_scaled(self):
+        # A cell measured as 0 (or missing) is SLIT times the local
+        # latency of its row: the same ratio as without the matrix.
+        model = host(latency_ns=((80.0, 0.0), (None, 100.0)))
+        self.assertAlmostEqual(2.1, model.latency[0][1])
+        self.assertAlmostEqual(2.1, model.latency[1][0])
+        self.assertEqual(1.0, model.latency[0][0])
+        self.assertEqual(1.0, model.latency[1][1])
+
+    def test_measured_bandwidth_overrides_the_option_and_links(self):
+        model = host(matrix_mbps=((30000.0, 9000.0), (0.0, 0.0)))
+        # The diagonal is the controllers' bandwidth; an unmeasured one
+        # keeps the option.
+        self.assertEqual((30000.0, 20000.0), model.bandwidth_mbps)
+        # Off the diagonal, the link; unmeasured, a fraction of the slower
+        # controller.
+        self.assertEqual(9000.0, model.link_mbps[0][1])
+        self.assertEqual(20000.0 * cost.LINK_FRACTION, model.link_mbps[1][0])
+
+    def test_cpu_less_node_row_falls_back_to_slit(self):
+        model = cost.HostModel.build(
+            [8, 0], SLIT2, 20000.0, latency_ns=((80.0, 160.0), None),
+            matrix_mbps=((30000.0, 9000.0), None))
+        self.assertEqual(((1.0, 2.0), (2.1, 1.0)), model.latency)
+        self.assertEqual((30000.0, 20000.0), model.bandwidth_mbps)
+
+
+class TestGuestLoad(testtools.TestCase):
+
+    def test_memory_intensive_from_llc_references(self):
+        self.assertTrue(guest('g', {0: 1.0}, {0: 1.0}, rpi=0.003).intensive)
+        self.assertFalse(
+            guest('g', {0: 1.0}, {0: 1.0}, rpi=0.0029).intensive)
+
+    def test_traffic_is_misses_times_cache_lines(self):
+        g = guest('g', {0: 1.0}, {0: 1.0}, ips=1e9, mpi=0.01)
+        self.assertAlmostEqual(640.0, g.traffic_mbps)
+
+
+class TestPredict(testtools.TestCase):
+
+    def test_no_change_predicts_no_change(self):
+        model = cost.Model(host(), [guest('a', {0: 1.0}, {1: 1.0}),
+                                    guest('b', {1: 1.0}, {1: 1.0})])
+        ratios = model.predict({'a': ({0: 1.0}, {1: 1.0})})
+        self.assertEqual({'a', 'b'}, set(ratios))
+        for ratio in ratios.values():
+            self.assertAlmostEqual(1.0, ratio)
+
+    def test_memory_to_the_cpu_node_speeds_an_intensive_guest_up(self):
+        model = cost.Model(host(), [guest('a', {0: 1.0}, {1: 1.0})])
+        self.assertGreater(model.predict({'a': LOCAL0})['a'], 1.1)
+
+    def test_memory_away_from_the_cpu_node_slows_it_down(self):
+        model = cost.Model(host(), [guest('a', {0: 1.0}, {0: 1.0})])
+        self.assertLess(model.predict({'a': ({0: 1.0}, {1: 1.0})})['a'],
+                        0.9)
+
+    def test_leaving_an_overcommitted_node_speeds_everyone_up(self):
+        # 16 vCPUs on 8 hardware threads: each runs half of the time.
+        model = cost.Model(host(), [
+            core_bound('a', {0: 1.0}, {0: 1.0}, vcpus=8),
+            core_bound('b', {0: 1.0}, {0: 1.0}, vcpus=8)])
+        ratios = model.predict({'a': LOCAL1})
+        self.assertGreater(ratios['a'], 1.5)
+        # The guest left behind gets its node to itself.
+        self.assertGreater(ratios['b'], 1.5)
+
+    def test_vcpus_alone_off_an_overcommitted_node(self):
+        model = cost.Model(host(), [
+            core_bound('a', {0: 1.0}, {0: 1.0}, vcpus=8),
+            core_bound('b', {0: 1.0}, {0: 1.0}, vcpus=8)])
+        ratios = model.predict({'a': ({1: 1.0}, {0: 1.0})})
+        self.assertGreater(ratios['a'], 1.5)
+        self.assertGreater(ratios['b'], 1.5)
+
+    def test_joining_a_node_with_busy_cpus_slows_its_guests(self):
+        # Node 0's 8 threads are taken; node 1 is the newcomer's alone.
+        model = cost.Model(host(), [
+            core_bound('a', {0: 1.0}, {0: 1.0}, vcpus=8),
+            core_bound('b', {1: 1.0}, {1: 1.0}, vcpus=4)])
+        ratios = model.predict({'b': LOCAL0})
+        self.assertLess(ratios['a'], 0.9)
+        self.assertLess(ratios['b'], 0.9)
+
+    def test_joining_a_node_with_busy_memory_slows_its_guests(self):
+        # Node 0's controller runs at 75% of its bandwidth: 3,000 MB/s
+        # more queue everyone's misses there.
+        model = cost.Model(host(), [
+            guest('a', {0: 1.0}, {0: 1.0}, ips=15e9 / 0.64),
+            guest('b', {1: 1.0}, {1: 1.0}, ips=3e9 / 0.64)])
+        ratios = model.predict({'b': LOCAL0})
+        self.assertLess(ratios['a'], 0.9)
+        self.assertLess(ratios['b'], 1.0)
+
+    def test_only_guests_on_touched_nodes_are_reported(self):
+        model = cost.Model(host(nodes=3), [
+            guest('a', {0: 1.0}, {1: 1.0}),
+            guest('b', {1: 1.0}, {1: 1.0}),
+            guest('c', {2: 1.0}, {2: 1.0})])
+        ratios = model.predict({'a': LOCAL0})
+        self.assertEqual({'a', 'b'}, set(ratios))
+        self.assertEqual(sum(r - 1.0 for r in ratios.values()),
+                         model.gain({'a': LOCAL0}))
+
+    def test_gain_is_the_sum_of_relative_changes(self):
+        model = cost.Model(host(), [
+            core_bound('a', {0: 1.0}, {0: 1.0}, vcpus=8),
+            core_bound('b', {0: 1.0}, {0: 1.0}, vcpus=8),
+            guest('c', {1: 1.0}, {0: 1.0})])
+        changes = {'a': LOCAL1}
+        ratios = model.predict(changes)
+        self.assertEqual(3, len(ratios))
+        self.assertAlmostEqual(sum(r - 1.0 for r in ratios.values()),
+                               model.gain(changes))
+
+    def test_prediction_is_the_full_ratio(self):
+        model = cost.Model(host(), [
+            core_bound('a', {0: 1.0}, {0: 1.0}, vcpus=8),
+            core_bound('b', {0: 1.0}, {0: 1.0}, vcpus=8)])
+        # Alone on 8 threads instead of sharing them: twice as fast.
+        self.assertAlmostEqual(2.0, model.predict({'a': LOCAL1})['a'],
+                               places=3)
+
+
+class TestStall(testtools.TestCase):
+
+    def test_estimated_stall_predicts_a_gain(self):
+        # No stalled-cycles event: the CPI of 2 against CORE_CPI says the
+        # guest is memory-bound.
+        model = cost.Model(host(), [guest('a', {0: 1.0}, {1: 1.0},
+                                          stall=None)])
+        self.assertGreater(model.gain({'a': LOCAL0}), 0.1)
+
+    def test_estimated_stall_from_misses_alone(self):
+        # Not memory-intensive by its references, yet its misses stall it.
+        model = cost.Model(host(), [guest('a', {0: 1.0}, {1: 1.0},
+                                          cpi=1.0, rpi=0.002, mpi=0.002,
+                                          stall=None)])
+        self.assertGreater(model.gain({'a': LOCAL0}), 0.05)
+
+    def test_measured_stall_of_zero_predicts_no_gain(self):
+        model = cost.Model(host(), [guest('a', {0: 1.0}, {1: 1.0},
+                                          stall=0.0)])
+        self.assertAlmostEqual(0.0, model.gain({'a': LOCAL0}), places=6)
+
+    def test_more_stall_more_gain(self):
+        gains = [cost.Model(host(), [guest('a', {0: 1.0}, {1: 1.0},
+                                           stall=s)]).gain({'a': LOCAL0})
+                 for s in (0.1, 0.3, 0.6)]
+        self.assertEqual(sorted(gains), gains)
+        self.assertGreater(gains[0], 0.0)
+
+
+class TestLatencyMatrix(testtools.TestCase):
+
+    def gain(self, **kwargs):
+        model = cost.Model(host(bandwidth_mbps=100000.0, **kwargs),
+                           [guest('a', {0: 1.0}, {1: 1.0})])
+        return model.gain({'a': LOCAL0})
+
+    def test_cheap_remote_node_gains_nothing(self):
+        # Measured: node 1's memory is as fast from node 0 as node 0's.
+        flat = ((100.0, 101.0), (101.0, 100.0))
+        self.assertAlmostEqual(0.0, self.gain(latency_ns=flat), delta=0.03)
+
+    def test_slit_remote_node_gains(self):
+        self.assertGreater(self.gain(), 0.3)
+
+
+class TestHelpers(testtools.TestCase):
+
+    def test_even(self):
+        self.assertEqual({0: 0.5, 1: 0.5}, cost.even([1, 0]))
+        self.assertEqual({2: 1.0}, cost.even((2,)))
+        self.assertEqual([0, 1, 3], list(cost.even({3, 1, 0})))
+
+    def test_moved_fraction(self):
+        self.assertEqual(1.0, cost.moved_fraction({1: 1.0}, {0: 1.0}))
+        self.assertEqual(0.5, cost.moved_fraction({0: 0.5, 1: 0.5},
+                                                  {0: 1.0}))
+        self.assertEqual(0.5, cost.moved_fraction({0: 1.0},
+                                                  {0: 0.5, 1: 0.5}))
+        self.assertEqual(0.0, cost.moved_fraction({0: 0.5, 1: 0.5},
+                                                  {1: 0.5, 0: 0.5}))
+        self.assertEqual(0.0, cost.moved_fraction({}, {0: 1.0}))
+
+    def test_geomean(self):
+        self.assertAlmostEqual(2.0, cost.geomean([1.0, 4.0]))
+        self.assertAlmostEqual(4.0, cost.geomean([2.0, 8.0]))
+        self.assertAlmostEqual(3.0, cost.geomean([3.0]))
+
+    def test_geomean_ignores_what_is_not_positive(self):
+        self.assertAlmostEqual(4.0, cost.geomean([0.0, -1.0, 4.0]))
+        self.assertEqual(0.0, cost.geomean([]))
+        self.assertEqual(0.0, cost.geomean([0.0, -2.0]))
