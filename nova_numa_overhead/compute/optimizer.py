@@ -57,6 +57,9 @@ BACKOFF_MAX = 3600.0
 HOLD = 30.0              # seconds a kept move is left before the next
 HISTORY = 32             # samples of progress kept per guest
 WORST_FACTOR = 3.0       # a single guest may lose 3 x undo_threshold
+TRUST_START = 1.0        # trust in the model before any verdict
+TRUST_MIN = 0.1
+TRUST_WEIGHT = 0.3       # weight of the latest verdict
 
 
 @dataclasses.dataclass
@@ -108,6 +111,11 @@ class Optimizer:
         self.held: dict = {}          # name -> not before
         self.counts = collections.Counter()
         self.next_pass = None
+        # How far the model's predictions came true on this host (the
+        # verdicts' net change / the predicted gain, smoothed): predicted
+        # gains are scaled by it, so a host whose costs the model
+        # misjudges gets fewer, surer moves.
+        self.trust = TRUST_START
 
     # -- measuring ------------------------------------------------------------
 
@@ -261,6 +269,12 @@ class Optimizer:
         horizon = float(self.opts.payback_horizon)
         committed = {}
         taken = {}            # node -> MiB the moves chosen so far need
+        # Nodes a move waiting for its verdict joined: another move onto
+        # them would blur its verdict (guests leaving a crowded node
+        # together do not).
+        busy = set()
+        for check in self.checks.values():
+            busy.update(check.nodes)
         actions = []
         movable = [d for d in self.movable(now) if d.name in measured]
         for _ in range(MAX_ACTIONS):
@@ -270,7 +284,7 @@ class Optimizer:
                     continue
                 best = self._best_for(domain, model, host, committed, rate,
                                       horizon, budget if actions else
-                                      float('inf'), best, taken)
+                                      float('inf'), best, taken, busy)
             if best is None:
                 break
             actions.append(best)
@@ -279,10 +293,11 @@ class Optimizer:
             memory = self.agent.domains[best.guest].memory_mb
             for node, share in best.predicted[1].items():
                 taken[node] = taken.get(node, 0.0) + memory * share
+            busy.update(best.nodes)
         return actions
 
     def _best_for(self, domain, model, host, committed, rate, horizon,
-                  budget, best, taken=None):
+                  budget, best, taken=None, busy=()):
         agent = self.agent
         name = domain.name
         state = agent.collector.guests.get(name)
@@ -291,6 +306,8 @@ class Optimizer:
         view = agent.host_view(without=name)
         base_changes = dict(committed)
         for nodes in self.candidates(domain, host):
+            if busy.intersection(nodes):
+                continue
             room = sum(view.free_mb[n] - (taken or {}).get(n, 0.0)
                        for n in nodes)
             if room < domain.memory_mb + self.opts.reserve_mb:
@@ -306,7 +323,8 @@ class Optimizer:
             changes[name] = (target, target)
             ratios = model.predict(changes)
             without = model.predict(base_changes) if base_changes else {}
-            gain = sum(r - without.get(g, 1.0) for g, r in ratios.items())
+            gain = self.trust * sum(r - without.get(g, 1.0)
+                                    for g, r in ratios.items())
             price = moved / rate * MOVE_COST
             if gain < self.opts.min_gain or \
                     gain * horizon < self.opts.gain_margin * price:
@@ -431,7 +449,14 @@ class Optimizer:
             # and the guest itself not much slower.
             net = sum(changes)
             threshold = self.opts.undo_threshold
-            if net >= -threshold and own >= 1.0 - WORST_FACTOR * threshold:
+            self._learn(net, check.predicted)
+            rate = self.opts.migrate_rate_mb_per_s or 2048.0
+            if net * self.opts.payback_horizon < \
+                    check.moved_mb / max(rate, 1.0) * MOVE_COST:
+                # What it gained did not pay for its pages: counted.
+                self.counts['unpaid'] += 1
+            if net >= -threshold and \
+                    own >= 1.0 - WORST_FACTOR * threshold:
                 self._keep(check, own, hood, now)
                 out.append((name, 'kept'))
             elif self._undo(check, own, hood, now):
@@ -439,6 +464,15 @@ class Optimizer:
             else:
                 out.append((name, 'undo failed'))
         return out
+
+    def _learn(self, net, predicted) -> None:
+        if predicted <= 0:
+            return
+        # The gain this move was chosen for was already scaled by the
+        # trust of its time: compare with what the model itself said.
+        came_true = min(max(net / (predicted / self.trust), 0.0), 1.0)
+        self.trust = max(TRUST_MIN, (1 - TRUST_WEIGHT) * self.trust +
+                         TRUST_WEIGHT * came_true)
 
     def _keep(self, check, own, hood, now) -> None:
         self.counts['kept'] += 1
@@ -500,11 +534,13 @@ class Optimizer:
         return {'moved': self.counts['moved'], 'kept': self.counts['kept'],
                 'undone': self.counts['undone'],
                 'advised': self.counts['advised'],
+                'unpaid': self.counts['unpaid'],
                 'failed': self.counts['failed'] +
                 self.counts['undo_failed'],
                 'waiting': len(self.checks),
                 'backing_off': sum(1 for _u, until in self.backoff.values()
-                                   if until > self.agent.clock())}
+                                   if until > self.agent.clock()),
+                'trust': round(self.trust, 3)}
 
 
 def _text(nodes) -> str:

@@ -237,6 +237,7 @@ def run_policy(scenario, name: str, tick=None) -> PolicyResult:
     res = result(name, recorder, [host])
     if isinstance(policy, policies_mod.OverheadAware):
         res.extra['decisions'] = len(policy.agent.decisions)
+        res.extra['optimizer'] = policy.agent.optimizer.status()
     return res
 
 

@@ -13,7 +13,6 @@
 import collections
 import dataclasses
 
-
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.compute import optimizer
 from tests.unit.compute import fakes
@@ -386,6 +385,50 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
 
 
+class TestTrust(OptimizerTestCase):
+
+    def test_moves_that_do_not_come_true_lower_the_trust(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        opt = agent.optimizer
+        self.assertEqual(1.0, opt.trust)
+        # Predicted +0.5; it lost half: nothing of it came true.
+        self.undo(agent, self.clock.now + 100)
+        self.assertAlmostEqual(1.0 - optimizer.TRUST_WEIGHT, opt.trust)
+        for i in range(30):
+            self.undo(agent, self.clock.now + 200 * (i + 2))
+        self.assertEqual(optimizer.TRUST_MIN, opt.trust)
+
+    def test_predicted_gains_are_scaled_by_the_trust(self):
+        self.remote()
+        agent = self.start()
+        gain = agent.optimizer.plan(self.clock.now)[0].gain
+        agent.optimizer.trust = 0.5
+        self.assertAlmostEqual(gain / 2,
+                               agent.optimizer.plan(self.clock.now)[0].gain)
+        # Scaled below min_gain: no move.
+        agent.optimizer.trust = 0.01
+        self.assertEqual([], agent.optimizer.plan(self.clock.now))
+
+    def test_no_second_move_onto_a_node_awaiting_a_verdict(self):
+        self.remote('a')
+        self.remote('c')
+        agent = self.start()
+        opt = agent.optimizer
+        # Both would gain on node 1: one pass sends one of them there.
+        actions = opt.plan(self.clock.now)
+        joined = [set(action.nodes) for action in actions]
+        self.assertEqual([], [n for n in joined[1:] if n & joined[0]])
+        first = actions[0]
+        self.assertTrue(opt.apply(first, self.clock.now))
+        for action in opt.plan(self.clock.now):
+            self.assertFalse(set(action.nodes) & set(first.nodes))
+        # Its verdict in, those nodes are open again.
+        opt.checks.clear()
+        self.assertTrue(any(set(action.nodes) & set(first.nodes)
+                            for action in opt.plan(self.clock.now)))
+
+
 class TestBackoff(OptimizerTestCase):
 
     def test_waits_double_up_to_the_maximum(self):
@@ -466,7 +509,9 @@ class TestEnforcement(OptimizerTestCase):
         agent = self.start(cycles=6)
         self.assertFalse(agent.optimizer.due(self.clock.now + 3600))
         self.assertEqual({}, self.hv.pins)
-        self.assertEqual(0, sum(agent.optimizer.status().values()))
+        status = agent.optimizer.status()
+        self.assertEqual(1.0, status.pop('trust'))
+        self.assertEqual(0, sum(status.values()))
 
     def test_pages_enforcement_moves_too(self):
         self.flags(group='numa_overhead_agent', enforcement='pages')
@@ -497,7 +542,8 @@ class TestStatus(OptimizerTestCase):
         opt = agent.optimizer
         now = self.clock.now
         self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0, 'advised': 0,
-                          'failed': 0, 'waiting': 0, 'backing_off': 0},
+                          'unpaid': 0, 'failed': 0, 'waiting': 0,
+                          'backing_off': 0, 'trust': 1.0},
                          opt.status())
         # 'b' moves later: the verdict on 'a' comes first.
         self.assertTrue(opt.apply(self.to_node1('a'), now))
@@ -505,15 +551,20 @@ class TestStatus(OptimizerTestCase):
         self.hv.raise_on[('pin_vcpus', 'c')] = hv_mod.HypervisorError('no')
         self.assertFalse(opt.apply(self.to_node1('c'), now))
         self.assertEqual({'moved': 2, 'kept': 0, 'undone': 0, 'advised': 0,
-                          'failed': 1, 'waiting': 2, 'backing_off': 0},
+                          'unpaid': 0, 'failed': 1, 'waiting': 2,
+                          'backing_off': 0, 'trust': 1.0},
                          opt.status())
         self.progress(agent, 'a', 1.2 * IPS, now + 1)
         self.assertEqual([('a', 'kept')], opt.verdicts(now + 4))
         end = self.progress(agent, 'b', 0.5 * IPS, now + 101)
         self.assertEqual([('b', 'undone')], opt.verdicts(end))
+        # 'b' lost what it was to gain: its move did not pay.
+        status = opt.status()
+        self.assertLess(status.pop('trust'), 1.0)
         self.assertEqual({'moved': 2, 'kept': 1, 'undone': 1, 'advised': 0,
-                          'failed': 1, 'waiting': 0, 'backing_off': 1},
-                         opt.status())
+                          'unpaid': 1, 'failed': 1, 'waiting': 0,
+                          'backing_off': 1},
+                         status)
 
     def test_backing_off_ends_with_the_wait(self):
         self.remote('a')
