@@ -352,10 +352,11 @@ class OverheadAware(Policy):
     """
 
     name = 'overhead-aware'
+    overrides: dict = {}
 
     def attach(self, hv, scenario=None):
         super().attach(hv, scenario)
-        self.conf = production_conf()
+        self.conf = production_conf(self.overrides)
         opts = self.conf.numa_overhead_agent
         self.sample = max(1, int(opts.sample_interval))
         self.rebalance_every = int(opts.rebalance_interval)
@@ -382,6 +383,17 @@ class OverheadAware(Policy):
             self.agent.colocate()
 
 
+class PaperMethod(OverheadAware):
+    """The agent as Liu & Li describe it: memory placement and swap-FIFO
+    rebalancing, without the optimizer's vCPU moves (``optimize =
+    False``). The simulator's validation reproduces the paper's figures
+    with it; it is not one of the compared policies.
+    """
+
+    name = 'liu-li'
+    overrides = {'optimize': False}
+
+
 def production_conf(overrides=None):
     """The agent's configuration as the docs recommend it for production:
     the option defaults and :data:`agent_conf.PRODUCTION`, nothing else.
@@ -405,7 +417,10 @@ class _NullPublisher:
 
 
 POLICIES = {cls.name: cls for cls in (
-    NovaDefault, Numad, Interleave, VTRMS, VProbe, VDARM, OverheadAware)}
+    NovaDefault, Numad, Interleave, VTRMS, VProbe, VDARM, OverheadAware,
+    PaperMethod)}
+# Compared in every run; PaperMethod only where asked for.
+COMPARED = tuple(name for name in POLICIES if name != PaperMethod.name)
 ORACLE = 'oracle'
 DEFAULT = OverheadAware.name
 BASELINE = NovaDefault.name

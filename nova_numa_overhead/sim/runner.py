@@ -33,7 +33,7 @@ from nova_numa_overhead.sim import oracle as oracle_mod
 from nova_numa_overhead.sim import policies as policies_mod
 from nova_numa_overhead.sim import presets
 
-DEFAULT_POLICIES = tuple(policies_mod.POLICIES) + (policies_mod.ORACLE,)
+DEFAULT_POLICIES = policies_mod.COMPARED + (policies_mod.ORACLE,)
 
 
 @dataclasses.dataclass
