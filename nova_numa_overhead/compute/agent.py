@@ -147,7 +147,7 @@ class Agent:
             default_max_nodes=conf.numa_overhead.default_max_nodes,
             page_budget=self._pages_allowed,
             colocate_cpus=self._colocation_cpus if self.opts.colocate_vcpus
-            else None)
+            else None, judge=self._judge_placement)
         self.domains: dict = {}
         self.pending: set = set()
         # What Nova allowed each guest (nodes, CPUs; () = all), and the
@@ -809,6 +809,12 @@ class Agent:
         if decision.action != 'skipped':
             self._notify('numa_overhead.placement', decision.payload())
         return decision
+
+    def _judge_placement(self, domain, cpu, before, shares):
+        optimizer = getattr(self, 'optimizer', None)
+        if optimizer is None:
+            return None
+        return optimizer.judge(domain.name, cpu, before, shares)
 
     def _pages_allowed(self, mb: float) -> int:
         return int(self.rate.take(mb) * PAGES_PER_MB)

@@ -335,6 +335,39 @@ class Optimizer:
                               price, moved, (target, target))
         return best
 
+    def judge(self, name, cpu, before, shares) -> str | None:
+        """The placer's plan for ``name`` (memory ``before`` -> ``shares``,
+        both node -> MiB; vCPUs stay where they run, ``cpu``) in predicted
+        time: None when it pays (or the guest is not measured yet: the
+        placer's rule stands), else why not.
+        """
+        if not self.opts.optimize:
+            return None
+        loads = self.loads()
+        if name not in {g.name for g in loads}:
+            return None
+        total = sum(shares.values())
+        touched = sum(before.values())
+        if total <= 0 or touched <= 0:
+            return None
+        target = {n: mb / total for n, mb in shares.items() if mb > 0}
+        now = {n: mb / touched for n, mb in before.items() if mb > 0}
+        moved = touched * cost.moved_fraction(now, target)
+        if moved < touched * 0.05:
+            return None
+        model = cost.Model(self.host_model(), loads)
+        cpu_now, _mem = model.now[name]
+        gain = self.trust * model.gain({name: (cpu_now, target)})
+        rate = max(self.opts.migrate_rate_mb_per_s, 1.0) if \
+            self.opts.migrate_rate_mb_per_s > 0 else 2048.0
+        price = moved / rate * MOVE_COST
+        if gain * self.opts.payback_horizon >= self.opts.gain_margin * price:
+            return None
+        self.counts['refused'] += 1
+        return ('the cost model predicts a gain of %.3f for moving %d MiB, '
+                'which does not pay it back within %d s' % (
+                    gain, moved, self.opts.payback_horizon))
+
     def _cpus(self, domain, nodes) -> tuple:
         topology = self.agent.topology
         nova_cpus = set(self.agent.nova_cpus.get(domain.name, ()))
@@ -535,6 +568,7 @@ class Optimizer:
                 'undone': self.counts['undone'],
                 'advised': self.counts['advised'],
                 'unpaid': self.counts['unpaid'],
+                'refused': self.counts['refused'],
                 'failed': self.counts['failed'] +
                 self.counts['undo_failed'],
                 'waiting': len(self.checks),

@@ -130,7 +130,7 @@ class Placer:
                  managed: str = 'floating',
                  default_policy: str = planner.PROPORTIONAL,
                  default_max_nodes: int = planner.DEFAULT_MAX_NODES,
-                 page_budget=None, colocate_cpus=None):
+                 page_budget=None, colocate_cpus=None, judge=None):
         self.hv = hypervisor
         self.enforcement = enforcement
         self.reserve_mb = reserve_mb
@@ -143,6 +143,10 @@ class Placer:
         # follow the plan's local node ([numa_overhead_agent]
         # colocate_vcpus).
         self.colocate_cpus = colocate_cpus
+        # Callable(domain, cpu, before, shares) -> None, or why the plan
+        # is predicted to make the host slower (the cost model): then the
+        # guest is left where it is.
+        self.judge = judge
 
     def better_home(self, domain, view, cpu) -> 'planner.Plan | None':
         """A plan on another local node a margin better, or None."""
@@ -221,6 +225,12 @@ class Placer:
                                'have yet to touch there (room %d MiB): left '
                                'where it is' % (nodes, domain.memory_mb,
                                                 self.reserve_mb, room))
+            return decision
+        verdict = self.judge(domain, cpu, before, plan.shares) \
+            if self.judge is not None else None
+        if verdict:
+            decision.action = 'skipped'
+            decision.reason = '%s: left where it is' % verdict
             return decision
         self.hv.set_nodeset(domain, nodes)
         decision.action = 'restricted'

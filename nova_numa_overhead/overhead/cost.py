@@ -51,6 +51,7 @@ MISS_CYCLES = 50.0       # stall per local LLC miss when not measured
 CORE_CPI = 0.8           # cycles per instruction of a core not stalled
 MAX_STALL = 0.9          # share of cycles a guest can be stalled
 RHO_MAX = 0.95
+RHO_SEEN = 0.8           # utilisation assumed at most where traffic is seen
 QUEUE_KNEE = 3           # latency stays flat at low utilisation
 LINK_FRACTION = 0.4      # link bandwidth / controller bandwidth, unknown
 CACHE_LINE = 64
@@ -136,6 +137,22 @@ class GuestLoad:
         return self.ips * self.mpi * CACHE_LINE / 1e6
 
 
+def _carrying(host: HostModel, agg) -> HostModel:
+    """``host`` with no controller or link slower than the traffic it is
+    measured to carry: a node seen moving X MB/s has at least X / RHO_SEEN
+    of bandwidth, whatever the option (or a stale probe) says.
+    """
+    n = host.size
+    bw = tuple(max(host.bandwidth_mbps[j], agg['ctrl'][j] / RHO_SEEN)
+               for j in range(n))
+    link = tuple(tuple(max(host.link_mbps[i][j],
+                           agg['link'].get((i, j), 0.0) / RHO_SEEN)
+                       for j in range(n)) for i in range(n))
+    if bw == host.bandwidth_mbps and link == host.link_mbps:
+        return host
+    return dataclasses.replace(host, bandwidth_mbps=bw, link_mbps=link)
+
+
 def _queue(rho: float) -> float:
     """Loaded latency / idle latency at utilisation ``rho``: flat while
     the controller or link is lightly used, steep near saturation (the
@@ -155,6 +172,7 @@ class Model:
         self.guests = {g.name: g for g in guests}
         self.now = {g.name: (dict(g.cpu), dict(g.memory)) for g in guests}
         self._base = self._aggregates(self.now)
+        self.host = host = _carrying(host, self._base)
         self._ref = {name: self._reference(name) for name in self.guests}
         self._speed_now = {name: self._speed(name, self.now, self._base)
                            for name in self.guests}

@@ -385,6 +385,41 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
 
 
+class TestJudge(OptimizerTestCase):
+    """The placer's plans in predicted time."""
+
+    def test_unmeasured_guest_keeps_the_placers_rule(self):
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.make_agent()
+        self.assertIsNone(agent.optimizer.judge(
+            'a', {0: 1.0}, {0: 4 * GIB}, {1: 4 * GIB}))
+
+    def test_memory_away_from_its_vcpus_is_refused(self):
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        why = agent.optimizer.judge('a', {0: 1.0}, {0: 4 * GIB},
+                                    {1: 4 * GIB})
+        self.assertIn('does not pay it back', why)
+        self.assertEqual(1, agent.optimizer.status()['refused'])
+
+    def test_memory_to_its_vcpus_passes(self):
+        self.remote('a')
+        agent = self.start()
+        self.assertIsNone(agent.optimizer.judge(
+            'a', {0: 1.0}, {1: 4 * GIB}, {0: 4 * GIB}))
+
+    def test_the_placer_leaves_a_refused_plan_alone(self):
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        domain = agent.domains['a']
+        agent.placer.judge = lambda *args: 'predicted slower'
+        decision = agent.placer.place(
+            domain, agent.host_view(without='a'), {0: 1.0}, {0: 4 * GIB})
+        self.assertEqual('skipped', decision.action)
+        self.assertEqual('predicted slower: left where it is',
+                         decision.reason)
+
+
 class TestTrust(OptimizerTestCase):
 
     def test_moves_that_do_not_come_true_lower_the_trust(self):
@@ -542,8 +577,8 @@ class TestStatus(OptimizerTestCase):
         opt = agent.optimizer
         now = self.clock.now
         self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0, 'advised': 0,
-                          'unpaid': 0, 'failed': 0, 'waiting': 0,
-                          'backing_off': 0, 'trust': 1.0},
+                          'unpaid': 0, 'refused': 0, 'failed': 0,
+                          'waiting': 0, 'backing_off': 0, 'trust': 1.0},
                          opt.status())
         # 'b' moves later: the verdict on 'a' comes first.
         self.assertTrue(opt.apply(self.to_node1('a'), now))
@@ -551,8 +586,8 @@ class TestStatus(OptimizerTestCase):
         self.hv.raise_on[('pin_vcpus', 'c')] = hv_mod.HypervisorError('no')
         self.assertFalse(opt.apply(self.to_node1('c'), now))
         self.assertEqual({'moved': 2, 'kept': 0, 'undone': 0, 'advised': 0,
-                          'unpaid': 0, 'failed': 1, 'waiting': 2,
-                          'backing_off': 0, 'trust': 1.0},
+                          'unpaid': 0, 'refused': 0, 'failed': 1,
+                          'waiting': 2, 'backing_off': 0, 'trust': 1.0},
                          opt.status())
         self.progress(agent, 'a', 1.2 * IPS, now + 1)
         self.assertEqual([('a', 'kept')], opt.verdicts(now + 4))
@@ -562,8 +597,8 @@ class TestStatus(OptimizerTestCase):
         status = opt.status()
         self.assertLess(status.pop('trust'), 1.0)
         self.assertEqual({'moved': 2, 'kept': 1, 'undone': 1, 'advised': 0,
-                          'unpaid': 1, 'failed': 1, 'waiting': 0,
-                          'backing_off': 1},
+                          'unpaid': 1, 'refused': 0, 'failed': 1,
+                          'waiting': 0, 'backing_off': 1},
                          status)
 
     def test_backing_off_ends_with_the_wait(self):

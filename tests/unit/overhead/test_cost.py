@@ -192,6 +192,22 @@ class TestPredict(testtools.TestCase):
                                places=3)
 
 
+class TestCarrying(testtools.TestCase):
+
+    def test_a_controller_carries_at_least_what_it_is_seen_to(self):
+        # 30,000 MB/s measured on node 0 against a 20,000 MB/s option:
+        # the option is wrong, not the controller past saturation.
+        model = cost.Model(host(), [
+            guest('a', {0: 1.0}, {0: 1.0}, ips=30e9 / 0.64)])
+        self.assertAlmostEqual(30000.0 / cost.RHO_SEEN,
+                               model.host.bandwidth_mbps[0])
+        self.assertEqual(20000.0, model.host.bandwidth_mbps[1])
+
+    def test_light_traffic_keeps_the_option(self):
+        model = cost.Model(host(), [guest('a', {0: 1.0}, {0: 1.0})])
+        self.assertEqual((20000.0, 20000.0), model.host.bandwidth_mbps)
+
+
 class TestStall(testtools.TestCase):
 
     def test_estimated_stall_predicts_a_gain(self):
