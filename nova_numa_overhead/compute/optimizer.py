@@ -96,7 +96,8 @@ class Action:
     gain: float
     cost: float
     moved_mb: float
-    predicted: dict
+    predicted: tuple          # (cpu, memory): node -> fraction
+    with_memory: bool = True  # False: vCPUs alone, pages stay
 
 
 class Optimizer:
@@ -290,9 +291,10 @@ class Optimizer:
             actions.append(best)
             committed[best.guest] = best.predicted
             budget -= best.moved_mb
-            memory = self.agent.domains[best.guest].memory_mb
-            for node, share in best.predicted[1].items():
-                taken[node] = taken.get(node, 0.0) + memory * share
+            if best.with_memory:
+                memory = self.agent.domains[best.guest].memory_mb
+                for node, share in best.predicted[1].items():
+                    taken[node] = taken.get(node, 0.0) + memory * share
             busy.update(best.nodes)
         return actions
 
@@ -305,34 +307,43 @@ class Optimizer:
         now_cpu, now_mem = model.now[name]
         view = agent.host_view(without=name)
         base_changes = dict(committed)
+        without = model.predict(base_changes) if base_changes else {}
         for nodes in self.candidates(domain, host):
             if busy.intersection(nodes):
                 continue
+            target = cost.even(nodes)
             room = sum(view.free_mb[n] - (taken or {}).get(n, 0.0)
                        for n in nodes)
-            if room < domain.memory_mb + self.opts.reserve_mb:
-                continue
-            target = cost.even(nodes)
-            if target == now_cpu and cost.moved_fraction(
-                    now_mem, target) < 0.05:
-                continue
-            moved = touched * cost.moved_fraction(now_mem, target)
-            if moved > budget:
-                continue
-            changes = dict(base_changes)
-            changes[name] = (target, target)
-            ratios = model.predict(changes)
-            without = model.predict(base_changes) if base_changes else {}
-            gain = self.trust * sum(r - without.get(g, 1.0)
-                                    for g, r in ratios.items())
-            price = moved / rate * MOVE_COST
-            if gain < self.opts.min_gain or \
-                    gain * horizon < self.opts.gain_margin * price:
-                continue
-            score = gain - price / horizon
-            if best is None or score > best.gain - best.cost / horizon:
-                best = Action(name, nodes, self._cpus(domain, nodes), gain,
-                              price, moved, (target, target))
+            variants = []
+            if room >= domain.memory_mb + self.opts.reserve_mb and (
+                    target != now_cpu or
+                    cost.moved_fraction(now_mem, target) >= 0.05):
+                # vCPUs and memory together.
+                variants.append((target, touched * cost.moved_fraction(
+                    now_mem, target), True))
+            if target != now_cpu and _local(target, now_mem) > \
+                    _local(now_cpu, now_mem) + 0.05:
+                # vCPUs alone, to where more of its memory is (and CPUs
+                # or the LLC maybe less shared): no page moves, no room
+                # needed.
+                variants.append((now_mem, 0.0, False))
+            for memory, moved, with_memory in variants:
+                if moved > budget:
+                    continue
+                changes = dict(base_changes)
+                changes[name] = (target, memory)
+                ratios = model.predict(changes)
+                gain = self.trust * sum(r - without.get(g, 1.0)
+                                        for g, r in ratios.items())
+                price = moved / rate * MOVE_COST
+                if gain < self.opts.min_gain or \
+                        gain * horizon < self.opts.gain_margin * price:
+                    continue
+                score = gain - price / horizon
+                if best is None or score > best.gain - best.cost / horizon:
+                    best = Action(name, nodes, self._cpus(domain, nodes),
+                                  gain, price, moved, (target, memory),
+                                  with_memory)
         return best
 
     def judge(self, name, cpu, before, shares) -> str | None:
@@ -405,28 +416,31 @@ class Optimizer:
                   'within %d s (%d MiB to move)' % (
                       action.gain, action.cost, self.opts.payback_horizon,
                       action.moved_mb))
+        what = 'vCPUs and memory' if action.with_memory else 'vCPUs'
         if agent.opts.enforcement not in (placer_mod.NODESET,
                                           placer_mod.PAGES):
-            LOG.info('Would move %(guest)s, vCPUs and memory, to nodes '
+            LOG.info('Would move %(guest)s, %(what)s, to nodes '
                      '%(nodes)s (enforcement=%(mode)s): %(reason)s',
                      {'guest': action.guest, 'nodes': action.nodes,
-                      'mode': agent.opts.enforcement, 'reason': reason})
+                      'what': what, 'mode': agent.opts.enforcement,
+                      'reason': reason})
             self.counts['advised'] += 1
             self.held[action.guest] = now + HOLD
             return False
         touched = set(action.nodes) | set(state.cpu if state else ()) | \
             set(state.memory_mb if state else ())
         neighbours = self.neighbours(action.guest, touched)
+        nodes = tuple(action.nodes) if action.with_memory else previous[0]
         done = agent._guarded(domain, 'Optimizer move', self._move, domain,
-                              action.nodes, action.cpus)
+                              nodes, action.cpus)
         if not done:
             self.counts['failed'] += 1
             return False
-        agent.restrictions[action.guest] = (tuple(action.nodes),
+        agent.restrictions[action.guest] = (tuple(nodes),
                                             tuple(action.cpus))
         agent.record(action.guest, 'optimized',
-                     'ok: vCPUs and memory to nodes %s: %s'
-                     % (_text(action.nodes), reason))
+                     'ok: %s to nodes %s: %s'
+                     % (what, _text(action.nodes), reason))
         agent._write_record(domain)
         self.counts['moved'] += 1
         rate = self.opts.migrate_rate_mb_per_s or 2048.0
@@ -438,20 +452,23 @@ class Optimizer:
         else:
             # Nothing to judge it against: left alone until it settles.
             self.held[action.guest] = settle + HOLD
-        LOG.info('Moved %(guest)s, vCPUs and memory, to nodes %(nodes)s: '
-                 '%(reason)s', {'guest': action.guest,
+        LOG.info('Moved %(guest)s, %(what)s, to nodes %(nodes)s: '
+                 '%(reason)s', {'guest': action.guest, 'what': what,
                                 'nodes': _text(action.nodes),
                                 'reason': reason})
         agent._notify('numa_overhead.optimize', {
             'guest': action.guest, 'nodes': list(action.nodes),
+            'memory': action.with_memory,
             'predicted_gain': action.gain, 'cost': action.cost,
             'moved_mb': action.moved_mb})
         return True
 
     def _move(self, domain, nodes, cpus) -> bool:
+        """vCPUs to ``cpus``; memory to ``nodes`` (() = where it is)."""
         hv = self.agent.hv
         hv.pin_vcpus(domain, cpus)
-        hv.set_nodeset(domain, nodes)
+        if nodes:
+            hv.set_nodeset(domain, nodes)
         return True
 
     # -- the closed loop ------------------------------------------------------
@@ -575,6 +592,11 @@ class Optimizer:
                 'backing_off': sum(1 for _u, until in self.backoff.values()
                                    if until > self.agent.clock()),
                 'trust': round(self.trust, 3)}
+
+
+def _local(cpu: dict, memory: dict) -> float:
+    """Share of a guest's memory on the nodes its vCPUs run on."""
+    return sum(f for node, f in memory.items() if node in cpu)
 
 
 def _text(nodes) -> str:

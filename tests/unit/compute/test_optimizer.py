@@ -155,6 +155,42 @@ class TestPlan(OptimizerTestCase):
         actions = agent.optimizer.plan(self.clock.now)
         self.assertEqual(1, len(actions))
 
+    def test_vcpus_alone_to_their_memory_where_it_cannot_all_move(self):
+        # Node 1 holds its memory, but neither node has room for a joint
+        # move (its memory plus the reserve, besides the fillers'): its
+        # vCPUs go to node 1 alone, no page moves.
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        for node in (0, 1):
+            self.hv.add('filler%d' % node, {node: 12 * GIB},
+                        vcpu_node=node,
+                        extra_specs={'numa_overhead:policy': 'none'})
+        self.remote('a')
+        agent = self.make_agent()
+        for _ in range(5):
+            self.clock.now += 1
+            self.work('a')
+            for node in (0, 1):
+                # Busy cores, hardly any memory traffic.
+                self.work('filler%d' % node, refs=0.0001, misses=0.00001)
+            agent.cycle()
+        actions = agent.optimizer.plan(self.clock.now)
+        self.assertEqual([('a', (1,), NODE1_CPUS, 0.0, False)],
+                         [(a.guest, a.nodes, a.cpus, a.moved_mb,
+                           a.with_memory) for a in actions])
+        nodesets = dict(self.hv.nodesets)
+        self.assertTrue(agent.optimizer.apply(actions[0], self.clock.now))
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        self.assertEqual(nodesets, self.hv.nodesets)
+
+    def test_no_vcpus_alone_away_from_their_memory(self):
+        # Its memory is where its vCPUs run: moving them alone would
+        # make it remote.
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        self.hv.add('b', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        for action in agent.optimizer.plan(self.clock.now):
+            self.assertTrue(action.with_memory)
+
     def test_nothing_to_plan_before_guests_are_measured(self):
         self.remote()
         agent = self.start(cycles=2)
