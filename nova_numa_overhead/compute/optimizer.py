@@ -464,11 +464,25 @@ class Optimizer:
         return True
 
     def _move(self, domain, nodes, cpus) -> bool:
-        """vCPUs to ``cpus``; memory to ``nodes`` (() = where it is)."""
+        """vCPUs to ``cpus``; memory to ``nodes`` (() = where it is),
+        evened over them with ``enforcement = pages`` (restricting the
+        nodeset moves only the pages outside it).
+        """
         hv = self.agent.hv
         hv.pin_vcpus(domain, cpus)
-        if nodes:
-            hv.set_nodeset(domain, nodes)
+        if not nodes:
+            return True
+        hv.set_nodeset(domain, nodes)
+        if self.agent.opts.enforcement == placer_mod.PAGES:
+            now = self.agent.placer._measure(domain, {})
+            touched = sum(now.values())
+            target = {n: touched * f for n, f in cost.even(nodes).items()}
+            moves = placer_mod.moves_towards(now, target)
+            if moves:
+                mb = sum(m[2] for m in moves)
+                result = hv.move_pages(domain, moves,
+                                       self.agent._pages_allowed(mb))
+                self.agent._count_failures(result.failed)
         return True
 
     # -- the closed loop ------------------------------------------------------
