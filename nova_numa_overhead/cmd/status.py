@@ -132,6 +132,11 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
         # Domain name -> what happened to its perf events.
         self.perf = {}
         self._enabled = []
+        # Memory-bandwidth reads (resctrl): how many, the guests the last
+        # one answered for, and why the last one failed.
+        self.bandwidth_reads = 0
+        self.monitored = set()
+        self.bandwidth_error = None
 
     def _read(self, func, *args):
         try:
@@ -165,6 +170,23 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
         (t0, first), (t1, last) = reads[0], reads[-1]
         done = last.instructions - first.instructions
         return done / (t1 - t0) if done >= 0 else None
+
+    def memory_bandwidth(self, domains):
+        """Read through, remembering which guests have a monitor."""
+        self.bandwidth_reads += 1
+        read = getattr(self.hv, 'memory_bandwidth', None)
+        answer = {}
+        try:
+            if read is not None:
+                answer = read(domains)
+        except Exception as exc:
+            self.monitored = set()
+            self.bandwidth_error = common.one_line(str(exc)) or \
+                type(exc).__name__
+            raise
+        self.bandwidth_error = None
+        self.monitored = set(answer) if isinstance(answer, dict) else set()
+        return answer
 
     def vcpu_cpus(self, domain):
         return self._read(self.hv.vcpu_cpus, domain)
@@ -341,10 +363,16 @@ def collect(conf, uri: str, samples: int = 2, interval: float = 1.0,
             for i in range(samples):
                 if i:
                     sleep(interval)
+                reads = hv.bandwidth_reads
                 if not agent.cycle():
                     raise hv_mod.HypervisorUnavailable(
                         str(hv.last_error or
                             'lost the connection to %s' % uri))
+                if hv.bandwidth_reads == reads:
+                    # An agent whose cycle does not read memory bandwidth:
+                    # read it here, into the same collector.
+                    agent.collector.measure_bandwidth(
+                        hv, list(agent.domains.values()), clock())
         finally:
             left_on = hv.restore_counters()
         decisions = {}
@@ -369,6 +397,53 @@ def _per_node(mapping: dict, size: int) -> list:
 
 def _rounded(value, digits=3):
     return None if value is None else round(value, digits)
+
+
+def _bandwidth(rates: dict | None, size: int) -> list | None:
+    """[[local, total] bytes/s] per node, or None when not measured."""
+    if rates is None:
+        return None
+    result = [[0, 0] for _ in range(size)]
+    for node, (local, total) in rates.items():
+        if 0 <= node < size:
+            result[node] = [round(local), round(total)]
+    return result
+
+
+def _sources(agent, hv) -> dict:
+    """Which counter sources this host has, and for how many guests."""
+    topology = agent.topology
+    perf = llc = stalls = measured = 0
+    for name in agent.domains:
+        state = agent.collector.guests.get(name)
+        if state is None:
+            continue
+        if state.delta is not None:
+            perf += 1
+            llc += state.delta[2] > 0
+        mean = agent.collector.windows.mean(name)
+        stalls += bool(mean and mean.cycle_loss > 0)
+        measured += state.bandwidth is not None
+    monitored = len(hv.monitored & set(agent.domains))
+    est = agent.estimator_topology
+    latency, bandwidth = bool(est.latency_ns), bool(est.bandwidth_mbps)
+    if topology.latency_ns or topology.bandwidth_mbps:
+        matrix = 'hypervisor'
+    elif latency or bandwidth:
+        matrix = 'probe'
+    else:
+        matrix = 'slit'
+    return {
+        'perf': {'available': perf > 0, 'guests': perf, 'llc_guests': llc},
+        'stalled_cycles': {'available': stalls > 0, 'guests': stalls},
+        'resctrl': {'available': monitored > 0, 'guests': monitored,
+                    'measured_guests': measured,
+                    'error': hv.bandwidth_error},
+        'matrix': {'source': matrix, 'latency': latency,
+                   'bandwidth': bandwidth,
+                   'topology_file': (agent.opts.topology_file
+                                     if matrix == 'probe' else None)},
+    }
 
 
 def _guest(conf, agent, name: str, decision, size: int, hv) -> dict:
@@ -406,6 +481,11 @@ def _guest(conf, agent, name: str, decision, size: int, hv) -> dict:
         'cycle_loss': _rounded(mean and mean.cycle_loss),
         'ipc': _rounded(mean and mean.ipc),
         'instructions_per_s': _rounded(hv.instructions_per_second(name), 0),
+        # resctrl: [local, total] bytes/s per node where its vCPUs ran,
+        # over the last interval (None: no monitor, or one read only).
+        'bandwidth_monitor': name in hv.monitored,
+        'bandwidth_bps': _bandwidth(state.bandwidth if state else None,
+                                    size),
         'workload': kind.action if kind else None,
         'memory_mb_per_node': _per_node(state.memory_mb if state else {},
                                         size),
@@ -484,6 +564,7 @@ def _status(conf, agent, uri, samples, interval, decisions, moves,
             {'guest': m.guest, 'from': m.src, 'to': m.dst, 'mb': m.mb,
              'reason': m.reason} for m in moves],
         'report': report.to_dict() if report is not None else None,
+        'sources': _sources(agent, hv),
         'notes': _notes(guest_list, left_on),
     }
 
@@ -598,6 +679,7 @@ def render(status: dict) -> str:
                        '; '.join('%s %s' % (name.upper(), ' '.join(
                            '%g' % t for t in thresholds[name]))
                            for name in ('llc', 'mc', 'inter', 'rml'))))
+    lines += _wrap(_sources_text(status['sources']))
     lines.append('')
     lines.append('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS  LLC  VALUE   '
                  'MC  VALUE  LOCAL')
@@ -644,6 +726,48 @@ def render(status: dict) -> str:
         lines.append('')
         lines += _wrap(note)
     return '\n'.join(lines)
+
+
+def _guests(count: int) -> str:
+    return '%d guest%s' % (count, '' if count == 1 else 's')
+
+
+def _sources_text(sources: dict) -> str:
+    """The counter sources this host has, in one sentence."""
+    perf = sources['perf']
+    parts = ['perf events (cycles, instructions, LLC) %s' % (
+        'yes, %s (LLC events on %d)' % (_guests(perf['guests']),
+                                        perf['llc_guests'])
+        if perf['available'] else 'no')]
+    stalls = sources['stalled_cycles']
+    parts.append('stalled-cycles event %s' % (
+        'yes, %s' % _guests(stalls['guests']) if stalls['available']
+        else 'no (reads 0)'))
+    resctrl = sources['resctrl']
+    if resctrl['available']:
+        text = 'yes, %s' % _guests(resctrl['guests'])
+    elif resctrl['error']:
+        text = 'no (%s)' % resctrl['error']
+    else:
+        text = 'no'
+    parts.append('resctrl memory bandwidth %s' % text)
+    matrix = sources['matrix']
+    measured = ' and '.join(kind for kind in ('latency', 'bandwidth')
+                            if matrix[kind])
+    parts.append('node matrix %s' % {
+        'probe': '%s measured by the probe (%s)' % (
+            measured, matrix['topology_file']),
+        'hypervisor': '%s from the hypervisor' % measured,
+        'slit': 'SLIT distances only (no probe)'}[matrix['source']])
+    return 'Counter sources: %s.' % '; '.join(parts)
+
+
+def _bandwidth_text(rates: list) -> str:
+    """``node:local/total`` MB/s where the guest's vCPUs moved bytes."""
+    used = ['%d:%.0f/%.0f' % (n, local / 1e6, total / 1e6)
+            for n, (local, total) in enumerate(rates) if total]
+    return '  '.join(used + ['MB/s local/total']) if used else \
+        'no memory traffic'
 
 
 def _counters_text(guest: dict) -> str:
@@ -702,6 +826,9 @@ def _guest_lines(guest: dict) -> list:
         indent='      ', first='  ')
     lines += _wrap(_counters_text(guest), indent=' ' * 10,
                    first='    perf  ')
+    if guest['bandwidth_bps'] is not None:
+        lines += _wrap(_bandwidth_text(guest['bandwidth_bps']),
+                       indent=' ' * 10, first='    mbm   ')
     lines += _wrap(_placement_text(guest), indent=' ' * 10,
                    first='    nova  ')
     lines += _wrap(_last_text(guest), indent=' ' * 10, first='    last  ')

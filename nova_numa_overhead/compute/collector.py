@@ -23,12 +23,21 @@ its window's mean metrics plus where it runs and where its memory lies:
 The estimator attributes a guest's LLC hit rate to the nodes its vCPUs run
 on, its cycle loss to every (vCPU node, memory node) pair it uses and its
 IPC likewise (doc/source/admin/estimator.rst has the mapping).
+
+Where the host has resctrl memory-bandwidth monitoring (see
+:meth:`~.hypervisor.Hypervisor.memory_bandwidth`), the collector also keeps
+each monitored guest's last memory traffic per node, local and total, in
+bytes per second (:attr:`GuestState.bandwidth`): remote traffic measured,
+not inferred. It is optional: without it everything works as before.
 """
 
+from oslo_log import log as logging
 
 from nova_numa_overhead.overhead import classifier
 from nova_numa_overhead.overhead import estimator
 from nova_numa_overhead.overhead import samples
+
+LOG = logging.getLogger(__name__)
 
 
 class GuestState:
@@ -38,7 +47,8 @@ class GuestState:
     dicts: a guest costs the agent well under 2 KiB.
     """
 
-    __slots__ = ('last', 'last_time', '_cpu', '_memory', 'delta', 'seconds')
+    __slots__ = ('last', 'last_time', '_cpu', '_memory', 'delta', 'seconds',
+                 '_bytes', '_bytes_time', '_bandwidth')
 
     def __init__(self):
         self.last = None         # DomainCounters of the previous read
@@ -47,6 +57,23 @@ class GuestState:
         self._memory = ()
         self.delta = None        # (instructions, cycles, refs, misses)
         self.seconds = 0.0
+        # Memory traffic (resctrl): the previous cumulative read, as
+        # (node, local bytes, total bytes), its time, and the last rates.
+        self._bytes = None
+        self._bytes_time = 0.0
+        self._bandwidth = None
+
+    @property
+    def bandwidth(self) -> dict | None:
+        """Node -> (local, total) bytes per second of the guest's vCPUs
+        there, over the last interval; None when not measured.
+
+        ``total - local`` is the traffic to other nodes' memory.
+        """
+        if self._bandwidth is None:
+            return None
+        return {node: (local, total)
+                for node, local, total in self._bandwidth}
 
     @property
     def cpu(self) -> dict:
@@ -74,6 +101,43 @@ def fractions(per_node: dict) -> dict:
     return {n: v / total for n, v in per_node.items() if v > 0}
 
 
+def _reading(name: str, per_node) -> tuple | None:
+    """A guest's cumulative (node, local, total) bytes; None if unusable."""
+    if not per_node:
+        return None
+    try:
+        reading = tuple(sorted((int(node), int(local), int(total))
+                               for node, (local, total) in per_node.items()))
+    except (AttributeError, TypeError, ValueError) as exc:
+        LOG.debug('Ignoring the memory bandwidth of %s: %s', name, exc)
+        return None
+    if any(local < 0 or total < 0 for _node, local, total in reading):
+        LOG.debug('Ignoring negative memory bandwidth of %s', name)
+        return None
+    return reading
+
+
+def _rates(previous, reading, seconds: float) -> tuple | None:
+    """(node, local/s, total/s) between two readings; None if unknown.
+
+    Local is capped at total: the two counters are read one after the
+    other, so local can run a little ahead.
+    """
+    if previous is None or seconds <= 0:
+        return None
+    before = {node: (local, total) for node, local, total in previous}
+    rates = []
+    for node, local, total in reading:
+        if node not in before:
+            continue
+        d_local, d_total = local - before[node][0], total - before[node][1]
+        if d_local < 0 or d_total < 0:
+            return None
+        rates.append((node, min(d_local, d_total) / seconds,
+                      d_total / seconds))
+    return tuple(rates) or None
+
+
 def cpu_fractions(vcpu_cpus, node_of_cpu: dict) -> dict:
     counts = {}
     for cpu in vcpu_cpus:
@@ -89,6 +153,7 @@ class Collector:
     def __init__(self, window_size: int = samples.DEFAULT_WINDOW):
         self.windows = samples.WindowSet(window_size)
         self.guests: dict = {}
+        self._bandwidth_error = None
 
     def update(self, name: str, counters, now: float) -> bool:
         """Add a counter read; True when it made a sample."""
@@ -113,6 +178,55 @@ class Collector:
                        sample.llc_references, sample.llc_misses)
         state.seconds = seconds
         return self.windows.add(name, sample)
+
+    def measure_bandwidth(self, hypervisor, domains, now: float) -> None:
+        """Read the guests' memory traffic and keep its rates.
+
+        :meth:`~.hypervisor.Hypervisor.memory_bandwidth` is optional: a
+        hypervisor without it, or one that fails, is a host without the
+        source (one log line per new error), never a failed sample.
+        """
+        read = getattr(hypervisor, 'memory_bandwidth', None)
+        answer, error, kind = {}, None, None
+        if read is not None:
+            try:
+                answer = read(domains)
+            except Exception as exc:
+                kind = type(exc).__name__
+                error = '%s: %s' % (kind, exc)
+        if error is None and not isinstance(answer, dict):
+            kind = error = 'not a mapping: %r' % (answer,)
+            answer = {}
+        # Warned once per kind of error (its text may change every time).
+        if error is not None and kind != self._bandwidth_error:
+            LOG.warning('No memory bandwidth measurement (%s)', error)
+        elif error is not None:
+            LOG.debug('Still no memory bandwidth measurement (%s)', error)
+        self._bandwidth_error = kind
+        self.update_bandwidth(answer, now)
+
+    def update_bandwidth(self, answer: dict, now: float) -> None:
+        """Keep rates from a :meth:`memory_bandwidth` answer read at ``now``.
+
+        A guest's rates are the difference with its previous read over
+        the seconds between them. A guest missing from ``answer`` (no
+        monitor) has none; counters that went back (the monitor was
+        recreated: hard reboot, migration) start over; a read at the same
+        instant as the previous one keeps the last rates.
+        """
+        for name in answer:
+            if name not in self.guests:
+                self.guests[name] = GuestState()
+        for name, state in self.guests.items():
+            reading = _reading(name, answer.get(name))
+            if reading is None:
+                state._bytes = state._bandwidth = None
+                continue
+            previous, seconds = state._bytes, now - state._bytes_time
+            if previous is not None and seconds <= 0:
+                continue
+            state._bytes, state._bytes_time = reading, now
+            state._bandwidth = _rates(previous, reading, seconds)
 
     def place(self, name: str, cpu: dict, memory_mb: dict) -> None:
         state = self.guests.get(name)

@@ -170,6 +170,21 @@ class Hypervisor(metaclass=abc.ABCMeta):
     def counters(self, domains) -> dict:
         """Domain name -> :class:`DomainCounters` (absent if unknown)."""
 
+    def memory_bandwidth(self, domains) -> dict:
+        """Cumulative memory traffic per node of the monitored domains.
+
+        Domain name -> {node id: (local bytes, total bytes)}, from resctrl
+        memory-bandwidth monitoring (Intel RDT MBM, AMD PQoS) where the
+        host has it and the domain has a monitor. The node is where the
+        vCPUs ran; ``total`` counts their bytes to and from memory on any
+        node, ``local`` those of that node's own memory, so ``total -
+        local`` is their remote traffic, measured rather than inferred.
+
+        Optional: ``{}`` (this default) means the host has no such
+        source; callers treat an error the same way.
+        """
+        return {}
+
     @abc.abstractmethod
     def vcpu_cpus(self, domain: DomainInfo) -> list:
         """Host CPU each vCPU last ran on (-1 when unknown)."""

@@ -175,6 +175,82 @@ def parse_capabilities(xml: str, fallback_cpus: int = 0,
     return hypervisor.HostTopology(nodes=ordered, distances=distances)
 
 
+def parse_l3_banks(xml: str) -> dict:
+    """L3 cache id -> host CPU ids, from the capabilities XML.
+
+    A resctrl monitoring domain (``mon_L3_<id>``, the ``node.<M>.id`` of
+    libvirt's memory-bandwidth stats) is an L3 cache, not a NUMA node: on
+    an AMD EPYC every CCX has its own. Banks that cannot be read are left
+    out.
+    """
+    banks = {}
+    for bank in ElementTree.fromstring(xml).findall('./host/cache/bank'):
+        if bank.get('level') != '3':
+            continue
+        try:
+            banks[int(bank.get('id'))] = parse_set(bank.get('cpus', ''))
+        except (TypeError, ValueError):
+            LOG.debug('Ignoring unreadable L3 cache bank %s', bank.attrib)
+    return banks
+
+
+def monitor_nodes(banks: dict, topology: hypervisor.HostTopology) -> dict:
+    """resctrl monitoring domain -> NUMA node, from the L3 cache banks.
+
+    None for a cache whose CPUs are on several nodes (Intel's sub-NUMA
+    clustering): its traffic cannot be told apart by node. Without banks
+    (older libvirt), a domain id is taken for the node id, as on the
+    common host with one L3 cache per socket and one node per socket.
+    """
+    if not banks:
+        return {node.id: node.id for node in topology.nodes}
+    node_of_cpu = topology.node_of_cpu()
+    result = {}
+    for bank, cpus in banks.items():
+        nodes = {node_of_cpu.get(cpu) for cpu in cpus}
+        result[bank] = nodes.pop() if len(nodes) == 1 else None
+    return result
+
+
+def _stat_count(values: dict, key: str) -> int:
+    """A non-negative integer stat; ValueError naming the key otherwise."""
+    if key not in values:
+        raise ValueError('%s is missing' % key)
+    value = values[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError('%s is %r, not a non-negative integer'
+                         % (key, value))
+    return value
+
+
+def parse_memory_bandwidth(values: dict) -> dict:
+    """{monitoring domain: (local, total bytes)} of one domain's stats.
+
+    ``values`` is a domain's ``VIR_DOMAIN_STATS_MEMORY`` answer (libvirt
+    >= 6.0): one ``memory.bandwidth.monitor.<N>`` per ``<monitor>`` of the
+    domain's ``<memorytune>``, each with cumulative ``bytes.local`` and
+    ``bytes.total`` per monitoring domain (``node.<M>.id``); the monitors
+    are summed. No ``memory.bandwidth.monitor.count`` (no monitor, or a
+    host without resctrl monitoring): ``{}``.
+
+    :raises ValueError: on a missing key or a value that is not a
+        non-negative integer, naming the key.
+    """
+    if 'memory.bandwidth.monitor.count' not in values:
+        return {}
+    result = {}
+    for i in range(_stat_count(values, 'memory.bandwidth.monitor.count')):
+        prefix = 'memory.bandwidth.monitor.%d.node.' % i
+        for j in range(_stat_count(values, prefix + 'count')):
+            key = '%s%d.' % (prefix, j)
+            ident = _stat_count(values, key + 'id')
+            local = _stat_count(values, key + 'bytes.local')
+            total = _stat_count(values, key + 'bytes.total')
+            old_local, old_total = result.get(ident, (0, 0))
+            result[ident] = (old_local + local, old_total + total)
+    return result
+
+
 def _positive_int(text, what: str) -> int:
     try:
         value = int((text or '').strip())
@@ -421,8 +497,11 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         self._failures = 0
         self._retry_at = 0.0
         self._topology = None
+        self._l3_banks = {}
         self._callbacks = []
         self._callback_ids = []
+        # Domains whose memory-bandwidth stats were malformed (warned once).
+        self._bandwidth_warned = set()
 
     @staticmethod
     def _derive_pid_dir(uri: str) -> str | None:
@@ -576,11 +655,13 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
                 xml = conn.getCapabilities()
                 info = conn.getInfo()
             try:
-                self._topology = parse_capabilities(
+                topology = parse_capabilities(
                     xml, fallback_cpus=info[2], fallback_memory_mb=info[1])
+                self._l3_banks = parse_l3_banks(xml)
             except (ElementTree.ParseError, TypeError, ValueError) as e:
                 raise hypervisor.HypervisorError(
                     'unreadable capabilities XML: %s' % e) from e
+            self._topology = topology
         return self._topology
 
     def free_memory_mb(self) -> list:
@@ -704,6 +785,88 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
                 stalled_cycles=int(
                     values.get('perf.stalled_cycles_backend', 0)))
         return result
+
+    def memory_bandwidth(self, domains) -> dict:
+        """Cumulative (local, total) bytes per node of monitored domains.
+
+        From libvirt's ``VIR_DOMAIN_STATS_MEMORY`` (libvirt >= 6.0 with
+        resctrl monitoring on the host: Intel RDT MBM, AMD PQoS). Only a
+        domain whose XML has a monitor is counted:
+
+        .. code-block:: xml
+
+            <cputune>
+              <memorytune vcpus='0-3'>
+                <monitor vcpus='0-3'/>
+              </memorytune>
+            </cputune>
+
+        The agent never adds one: Nova owns the domain XML (and rewrites
+        it on hard reboot, resize and migration). Operators add it to the
+        guests they want measured; without it a guest is simply absent.
+
+        libvirt counts per L3 cache (resctrl monitoring domain); the
+        caches are mapped to NUMA nodes with the host capabilities'
+        ``<cache>`` banks and summed per node. A cache spanning several
+        nodes (sub-NUMA clustering) cannot be attributed and is left out.
+        A domain whose stats are malformed is logged (once) and left out;
+        none of that raises.
+
+        :returns: domain name -> {node: (local bytes, total bytes)};
+            ``{}`` where libvirt-python or libvirt has no such stats.
+        :raises HypervisorError: when libvirt refuses the stats call.
+        """
+        flag = getattr(libvirt, 'VIR_DOMAIN_STATS_MEMORY', None)
+        if flag is None:
+            return {}
+        topology = self.topology()
+        nodes = monitor_nodes(self._l3_banks, topology)
+        conn = self._connection()
+        doms = []
+        for domain in domains:
+            try:
+                doms.append(self._lookup(domain))
+            except hypervisor.DomainGone:
+                continue
+        if not doms:
+            return {}
+        with self._errors('memory bandwidth stats'):
+            stats = conn.domainListGetStats(doms, flag)
+        result = {}
+        try:
+            answers = [(dom.name(), values) for dom, values in stats]
+        except (TypeError, ValueError, libvirt.libvirtError) as e:
+            LOG.warning('Ignoring an unreadable memory bandwidth answer of '
+                        'libvirt: %s', e)
+            return {}
+        self._bandwidth_warned &= {name for name, _values in answers}
+        for name, values in answers:
+            try:
+                per_domain = parse_memory_bandwidth(values)
+            except (TypeError, ValueError, AttributeError) as e:
+                self._bad_bandwidth(name, e)
+                continue
+            per_node = {}
+            for ident, (local, total) in per_domain.items():
+                node = nodes.get(ident)
+                if node is None:
+                    LOG.debug('Memory bandwidth of %(name)s on L3 cache '
+                              '%(id)d: not one NUMA node, left out',
+                              {'name': name, 'id': ident})
+                    continue
+                old_local, old_total = per_node.get(node, (0, 0))
+                per_node[node] = (old_local + local, old_total + total)
+            if per_node:
+                result[name] = per_node
+                self._bandwidth_warned.discard(name)
+        return result
+
+    def _bad_bandwidth(self, name: str, error) -> None:
+        """One warning per domain and malformation spell, then debug."""
+        log = LOG.debug if name in self._bandwidth_warned else LOG.warning
+        self._bandwidth_warned.add(name)
+        log('Ignoring malformed memory bandwidth stats of %(name)s: '
+            '%(error)s', {'name': name, 'error': error})
 
     def vcpu_cpus(self, domain: hypervisor.DomainInfo) -> list:
         """Host CPU of each vCPU, by vCPU number (-1 when unknown)."""

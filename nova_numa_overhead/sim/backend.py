@@ -21,7 +21,12 @@ real host would give it:
   and LLC references and misses; the backend-stall event is missing on
   most (libvirt then reads it as 0, and so does this backend);
 * where the guest's pages are now (pages still in the migration queue
-  have not moved yet).
+  have not moved yet);
+* on a ``resctrl`` host, the memory traffic of every guest per node where
+  its vCPUs run, local and total, as libvirt's memory-bandwidth stats
+  give it (cumulative, with the cache events' noise): LLC misses x 64
+  bytes, split over the nodes by where its vCPUs run, local being the
+  part that goes to its pages on the same node.
 
 What it does goes through the host's physics: a nodeset change is a
 cpuset.mems change (the kernel migrates what lies outside, at the
@@ -32,6 +37,7 @@ import random
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.sim import host as host_mod
+from nova_numa_overhead.sim import model
 
 PAGES_PER_MB = 256
 
@@ -65,6 +71,9 @@ class SimHypervisor(hv_mod.Hypervisor):
         self.host = host
         self.counter_profile = counters
         self.rng = random.Random(seed)
+        # Its own generator: the perf counters' noise stays what it was
+        # (frozen baselines) whether or not the host monitors bandwidth.
+        self.mbm_rng = random.Random('%s/resctrl' % seed)
         spec = host.spec
         first = 0
         nodes = []
@@ -77,6 +86,8 @@ class SimHypervisor(hv_mod.Hypervisor):
                                              distances=spec.distances)
         self._counters: dict = {}
         self._truth: dict = {}
+        # Name -> [[local, total] bytes per node], cumulative (resctrl).
+        self._bytes: dict = {}
         self._callbacks = []
 
     # -- driving the simulation -------------------------------------------
@@ -104,6 +115,29 @@ class SimHypervisor(hv_mod.Hypervisor):
             old = self._counters.get(name, (0, 0, 0, 0, 0))
             self._counters[name] = tuple(a + int(b)
                                          for a, b in zip(old, noisy))
+            if self.counter_profile == RESCTRL:
+                self._monitor(guest, misses * model.CACHE_LINE)
+
+    def _monitor(self, guest: host_mod.Guest, nbytes: float) -> None:
+        """resctrl's counts of ``nbytes`` of the guest's memory traffic.
+
+        Counted per node where its vCPUs run (an L3 cache, one per node
+        here); local is the part to its pages on that node. The noise of
+        the cache events, one draw per node and second for both counts:
+        what jitters is how much traffic falls in the second, not where
+        it goes.
+        """
+        counts = self._bytes.setdefault(
+            guest.name, [[0, 0] for _ in range(self.host.spec.size)])
+        pages = self.host.pages(guest)
+        allocated = sum(pages.values())
+        for node, share in sorted(guest.cpu.items()):
+            noise = max(0.0, 1.0 + self.mbm_rng.gauss(0.0, NOISE['cache']))
+            total = nbytes * share * noise
+            local = total * pages.get(node, 0.0) / allocated \
+                if allocated > 0 else 0.0
+            counts[node][0] += int(local)
+            counts[node][1] += int(total)
 
     def _noisy(self, value: float, sigma: float) -> float:
         return max(0.0, value * (1.0 + self.rng.gauss(0.0, sigma)))
@@ -118,6 +152,7 @@ class SimHypervisor(hv_mod.Hypervisor):
     def stop(self, name: str) -> None:
         self.host.remove(name)
         self._counters.pop(name, None)
+        self._bytes.pop(name, None)
         for callback in self._callbacks:
             callback('stopped', name)
 
@@ -150,6 +185,14 @@ class SimHypervisor(hv_mod.Hypervisor):
     def counters(self, domains):
         return {d.name: hv_mod.DomainCounters(*self._counters[d.name])
                 for d in domains if d.name in self._counters}
+
+    def memory_bandwidth(self, domains):
+        """Cumulative (local, total) bytes per node; {} unless resctrl."""
+        if self.counter_profile != RESCTRL:
+            return {}
+        return {d.name: {node: tuple(c)
+                         for node, c in enumerate(self._bytes[d.name])}
+                for d in domains if d.name in self._bytes}
 
     def vcpu_cpus(self, domain):
         guest = self._guest(domain)

@@ -17,6 +17,7 @@ where the API promises bytes, so free memory reads 2 and 4 MiB.
 """
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -107,6 +108,10 @@ class TestOnLibvirt(StatusTestCase):
         # The test driver takes perf events but never counts anything.
         self.assertIn('libvirt returned no counter values',
                       ' '.join(out.split()))
+        self.assertIn('Counter sources: perf events (cycles, instructions, '
+                      'LLC) no; stalled-cycles event no (reads 0); resctrl '
+                      'memory bandwidth no; node matrix SLIT distances only '
+                      '(no probe).', ' '.join(out.split()))
 
     def test_json(self):
         # Realistic free memory (the test driver's is in KiB), with room
@@ -143,6 +148,17 @@ class TestOnLibvirt(StatusTestCase):
         self.assertFalse(guests['test']['managed'])
         self.assertEqual([], data['rebalance_moves'])
         self.assertEqual('1.1', data['report']['version'])
+        # No counter source on the test driver but the node distances.
+        self.assertEqual(
+            {'perf': {'available': False, 'guests': 0, 'llc_guests': 0},
+             'stalled_cycles': {'available': False, 'guests': 0},
+             'resctrl': {'available': False, 'guests': 0,
+                         'measured_guests': 0, 'error': None},
+             'matrix': {'source': 'slit', 'latency': False,
+                        'bandwidth': False, 'topology_file': None}},
+            data['sources'])
+        self.assertFalse(floating['bandwidth_monitor'])
+        self.assertIsNone(floating['bandwidth_bps'])
         self.assertEqual(2, len(data['report']['nodes']))
         self.assertEqual('proportional', data['report']['planned']['policy'])
 
@@ -410,6 +426,111 @@ class TestOnAFakeHost(StatusTestCase):
         self.assertIn('no stalled-cycles-backend count',
                       ' '.join(data['notes']))
 
+    def test_sources_of_a_host_with_perf_events(self):
+        data = self.collect()
+        self.assertEqual(
+            {'perf': {'available': True, 'guests': 2, 'llc_guests': 1},
+             'stalled_cycles': {'available': True, 'guests': 1},
+             'resctrl': {'available': False, 'guests': 0,
+                         'measured_guests': 0, 'error': None},
+             'matrix': {'source': 'slit', 'latency': False,
+                        'bandwidth': False, 'topology_file': None}},
+            data['sources'])
+        text = ' '.join(status.render(data).split())
+        self.assertIn('Counter sources: perf events (cycles, instructions, '
+                      'LLC) yes, 2 guests (LLC events on 1); stalled-cycles '
+                      'event yes, 1 guest; resctrl memory bandwidth no; node '
+                      'matrix SLIT distances only (no probe).', text)
+        self.assertNotIn(' mbm ', text)
+
+    def monitor(self, per_second):
+        """Give 'hot' a resctrl monitor counting ``per_second`` bytes
+        ((local, total) per node) every simulated second.
+        """
+        counts = {node: (0, 0) for node in range(4)}
+        reads = []
+
+        def memory_bandwidth(domains):
+            reads.append([d.name for d in domains])
+            return {d.name: dict(counts) for d in domains if d.name == 'hot'}
+
+        def sleep(seconds):
+            self.sleep(seconds)
+            for node, (local, total) in per_second.items():
+                old = counts[node]
+                counts[node] = (old[0] + local, old[1] + total)
+        self.hv.memory_bandwidth = memory_bandwidth
+        return sleep, reads
+
+    def test_resctrl_memory_bandwidth(self):
+        sleep, reads = self.monitor({0: (3 * 10 ** 9, 4 * 10 ** 9),
+                                     1: (0, 10 ** 9)})
+        data = status.collect(self.conf, 'fake://', samples=4, interval=1.0,
+                              hypervisor=self.hv, sleep=sleep,
+                              clock=lambda: self.now)
+        # Read once per sample, the agent's or status's own.
+        self.assertEqual(4, len(reads))
+        self.assertEqual({'available': True, 'guests': 1,
+                          'measured_guests': 1, 'error': None},
+                         data['sources']['resctrl'])
+        guests = {g['name']: g for g in data['guests']}
+        self.assertTrue(guests['hot']['bandwidth_monitor'])
+        self.assertEqual([[3 * 10 ** 9, 4 * 10 ** 9], [0, 10 ** 9], [0, 0],
+                          [0, 0]], guests['hot']['bandwidth_bps'])
+        self.assertFalse(guests['cool']['bandwidth_monitor'])
+        self.assertIsNone(guests['cool']['bandwidth_bps'])
+        text = status.render(data)
+        self.assertIn('    mbm   0:3000/4000  1:0/1000  MB/s local/total',
+                      text)
+        self.assertIn('resctrl memory bandwidth yes, 1 guest;',
+                      ' '.join(text.split()))
+
+    def test_resctrl_error_is_no_source(self):
+        def memory_bandwidth(domains):
+            raise hv_mod.HypervisorError('memory bandwidth stats: '
+                                         'unsupported')
+        self.hv.memory_bandwidth = memory_bandwidth
+        data = self.collect()
+        self.assertEqual({'available': False, 'guests': 0,
+                          'measured_guests': 0,
+                          'error': 'memory bandwidth stats: unsupported'},
+                         data['sources']['resctrl'])
+        # Everything else as on any host.
+        self.assertEqual(4, data['nodes'][0]['mc'])
+        self.assertIn('resctrl memory bandwidth no (memory bandwidth stats: '
+                      'unsupported)', ' '.join(status.render(data).split()))
+
+    def test_probe_matrix(self):
+        from nova_numa_overhead.compute import probe
+        path = self.useFixture(fixtures.TempDir()).join('topology.json')
+        latency = [[100.0 if i == j else 210.0 for j in range(4)]
+                   for i in range(4)]
+        bandwidth = [[1e4 if i == j else 4e3 for j in range(4)]
+                     for i in range(4)]
+        probe.save(probe.Matrix(latency_ns=latency, bandwidth_mbps=bandwidth,
+                                nodes=[0, 1, 2, 3], measured_at='2026-11-22',
+                                size_mb=256), path)
+        self.flags(group='numa_overhead_agent', topology_file=path)
+        data = self.collect()
+        self.assertEqual({'source': 'probe', 'latency': True,
+                          'bandwidth': True, 'topology_file': path},
+                         data['sources']['matrix'])
+        self.assertIn('node matrix latency and bandwidth measured by the '
+                      'probe (%s).' % path,
+                      ' '.join(status.render(data).split()))
+
+    def test_matrix_from_the_hypervisor(self):
+        self.hv._topology = dataclasses.replace(
+            self.hv._topology, latency_ns=tuple(
+                tuple(100.0 if i == j else 200.0 for j in range(4))
+                for i in range(4)))
+        data = self.collect()
+        self.assertEqual({'source': 'hypervisor', 'latency': True,
+                          'bandwidth': False, 'topology_file': None},
+                         data['sources']['matrix'])
+        self.assertIn('node matrix latency from the hypervisor',
+                      ' '.join(status.render(data).split()))
+
     def test_sample_seconds(self):
         self.assertEqual(2, status.sample_count(1, 1))
         self.assertEqual(11, status.sample_count(10, 1))
@@ -463,3 +584,20 @@ class TestReadOnlyHypervisor(base.TestCase):
         self.assertEqual(({}, [], {}, set()),
                          (hv.nodesets, hv.moves, hv.pins, hv.enabled))
         self.assertEqual({0: GIB}, ro.memory_per_node(domain))
+
+    def test_memory_bandwidth_reads_through(self):
+        hv = fakes.FakeHypervisor(nodes=2)
+        hv.add('a', {0: GIB})
+        hv.add('b', {1: GIB})
+        ro = status.ReadOnlyHypervisor(hv)
+        # The base class: no source.
+        self.assertEqual({}, ro.memory_bandwidth(hv.domains()))
+        hv.memory_bandwidth = lambda domains: {'a': {0: (1, 2)}}
+        self.assertEqual({'a': {0: (1, 2)}},
+                         ro.memory_bandwidth(hv.domains()))
+        self.assertEqual(({'a'}, 2, None), (ro.monitored, ro.bandwidth_reads,
+                                            ro.bandwidth_error))
+        hv.memory_bandwidth = lambda domains: {}['boom']
+        self.assertRaises(KeyError, ro.memory_bandwidth, hv.domains())
+        self.assertEqual((set(), "'boom'"), (ro.monitored,
+                                             ro.bandwidth_error))

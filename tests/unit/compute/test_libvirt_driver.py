@@ -641,6 +641,209 @@ class TestMemoryPerNode(LibvirtDriverTestCase):
         self.assertEqual({0: 256, 1: 256}, self.hv.memory_per_node(info))
 
 
+def _monitor(index, vcpus, nodes):
+    """Stats of one ``memory.bandwidth.monitor.<index>``: nodes is a list
+    of (L3 cache id, local bytes, total bytes).
+    """
+    prefix = 'memory.bandwidth.monitor.%d.' % index
+    stats = {prefix + 'name': 'vcpus_%s' % vcpus, prefix + 'vcpus': vcpus,
+             prefix + 'node.count': len(nodes)}
+    for j, (ident, local, total) in enumerate(nodes):
+        stats.update({'%snode.%d.id' % (prefix, j): ident,
+                      '%snode.%d.bytes.local' % (prefix, j): local,
+                      '%snode.%d.bytes.total' % (prefix, j): total})
+    return stats
+
+
+def _bandwidth_stats(*monitors):
+    """A domain's VIR_DOMAIN_STATS_MEMORY answer with these monitors."""
+    stats = {'memory.bandwidth.monitor.count': len(monitors)}
+    for i, nodes in enumerate(monitors):
+        stats.update(_monitor(i, '0-1', nodes))
+    return stats
+
+
+# As libvirt >= 6.0 gives it for a guest with two monitors on a 2-socket
+# Intel host (virsh domstats --memory).
+GOOD_STATS = _bandwidth_stats(
+    [(0, 4807114752, 10208067584), (1, 5850161152, 8693735424)],
+    [(0, 290701312, 853811200), (1, 229425152, 406044672)])
+
+
+class TestMemoryBandwidth(LibvirtDriverTestCase):
+    """resctrl memory-bandwidth monitoring (libvirt's test driver has no
+    resctrl: its answers are mocked).
+    """
+
+    def _answer(self, *per_domain):
+        """Mock domainListGetStats: the i-th domain gets per_domain[i]."""
+        return self.useFixture(fixtures.MockPatchObject(
+            libvirt.virConnect, 'domainListGetStats', autospec=True,
+            side_effect=lambda conn, doms, stats, flags=0: list(
+                zip(doms, per_domain)))).mock
+
+    def test_test_driver_has_no_monitor(self):
+        info = self._info(self._define())
+        self.assertEqual({}, self.hv.memory_bandwidth([info]))
+
+    def test_base_class_has_no_source(self):
+        self.assertEqual({}, hypervisor.Hypervisor.memory_bandwidth(
+            self.hv, [self._info(self._define())]))
+
+    def test_good_answer(self):
+        monitored, plain = self._define(), self._define()
+        stats = self._answer(GOOD_STATS, {})
+        result = self.hv.memory_bandwidth([self._info(monitored),
+                                           self._info(plain)])
+        # Both monitors summed per node; the guest without one is absent.
+        self.assertEqual(
+            {monitored.name(): {0: (4807114752 + 290701312,
+                                    10208067584 + 853811200),
+                                1: (5850161152 + 229425152,
+                                    8693735424 + 406044672)}},
+            result)
+        self.assertEqual(libvirt.VIR_DOMAIN_STATS_MEMORY,
+                         stats.call_args.args[2])
+        self.assertNotIn('memory bandwidth', self.logger.output)
+
+    def test_missing_keys(self):
+        good, bad = self._define(), self._define()
+        broken = dict(GOOD_STATS)
+        del broken['memory.bandwidth.monitor.1.node.1.bytes.local']
+        self._answer(GOOD_STATS, broken)
+        domains = [self._info(good), self._info(bad)]
+        result = self.hv.memory_bandwidth(domains)
+        self.assertEqual([good.name()], list(result))
+        warnings = [line for line in self.logger.output.splitlines()
+                    if 'malformed memory bandwidth' in line]
+        self.assertEqual(1, len(warnings), self.logger.output)
+        self.assertIn(bad.name(), warnings[0])
+        self.assertIn('memory.bandwidth.monitor.1.node.1.bytes.local is '
+                      'missing', warnings[0])
+        # Warned once; the next malformed answer is a debug line.
+        warned = self.useFixture(fixtures.FakeLogger(level='WARNING'))
+        self.assertEqual([good.name()],
+                         list(self.hv.memory_bandwidth(domains)))
+        self.assertEqual('', warned.output)
+
+    def test_garbage_values(self):
+        doms = [self._define() for _ in range(5)]
+        node = 'memory.bandwidth.monitor.0.node.0.'
+        answers = [
+            dict(GOOD_STATS, **{node + 'bytes.total': 'lots'}),
+            dict(GOOD_STATS, **{node + 'bytes.local': -1}),
+            dict(GOOD_STATS, **{node + 'id': None}),
+            dict(GOOD_STATS, **{'memory.bandwidth.monitor.count': 2.5}),
+            'not a dict of stats']
+        self._answer(*answers)
+        self.assertEqual({}, self.hv.memory_bandwidth(
+            [self._info(d) for d in doms]))
+        output = self.logger.output
+        self.assertIn("bytes.total is 'lots', not a non-negative integer",
+                      output)
+        self.assertIn('bytes.local is -1', output)
+        self.assertEqual(4, output.count('malformed memory bandwidth'),
+                         output)
+
+    def test_unreadable_answer(self):
+        info = self._info(self._define())
+        self.useFixture(fixtures.MockPatchObject(
+            libvirt.virConnect, 'domainListGetStats', autospec=True,
+            return_value=[None]))
+        self.assertEqual({}, self.hv.memory_bandwidth([info]))
+        self.assertIn('unreadable memory bandwidth answer',
+                      self.logger.output)
+
+    def test_no_constant(self):
+        # libvirt-python older than 6.0 has no VIR_DOMAIN_STATS_MEMORY.
+        info = self._info(self._define())
+        self.useFixture(fixtures.MonkeyPatch(
+            'libvirt.VIR_DOMAIN_STATS_MEMORY', fixtures.MonkeyPatch.delete))
+        stats = self._answer(GOOD_STATS)
+        self.assertEqual({}, self.hv.memory_bandwidth([info]))
+        stats.assert_not_called()
+
+    def test_libvirt_refuses(self):
+        info = self._info(self._define())
+        self.useFixture(fixtures.MockPatchObject(
+            libvirt.virConnect, 'domainListGetStats', autospec=True,
+            side_effect=_error(libvirt.VIR_ERR_OPERATION_UNSUPPORTED)))
+        self.assertRaises(hypervisor.HypervisorError,
+                          self.hv.memory_bandwidth, [info])
+
+    def test_vanished_domain_is_skipped(self):
+        dom = self._define()
+        info = self._info(dom)
+        libvirt_fixtures.remove_guest(self.conn, dom.name())
+        stats = self._answer(GOOD_STATS)
+        self.assertEqual({}, self.hv.memory_bandwidth([info]))
+        stats.assert_not_called()
+
+    def test_l3_caches_are_mapped_to_nodes(self):
+        # AMD-like: two L3 caches (CCX) per node, ids 0-3; cache 4 spans
+        # both nodes (sub-NUMA clustering) and cannot be attributed.
+        caches = ''.join(
+            "<bank id='%d' level='3' type='both' size='16' unit='MiB' "
+            "cpus='%s'/>" % (i, cpus) for i, cpus in enumerate(
+                ('0-3', '4-7', '8-11', '12-15', '6-9')))
+        caches += "<bank id='0' level='2' type='both' size='1' unit='MiB' " \
+                  "cpus='0'/>"
+        xml = self.conn.getCapabilities().replace(
+            '</host>', '<cache>%s</cache></host>' % caches, 1)
+        self.useFixture(fixtures.MockPatchObject(
+            libvirt.virConnect, 'getCapabilities', autospec=True,
+            return_value=xml))
+        hv = libvirt_driver.LibvirtHypervisor(URI)
+        self.addCleanup(hv.close)
+        dom = self._define()
+        info = self._info(dom)
+        self._answer(_bandwidth_stats(
+            [(0, 10, 100), (1, 20, 200), (2, 30, 300), (3, 40, 400),
+             (4, 50, 500)]))
+        self.assertEqual({dom.name(): {0: (30, 300), 1: (70, 700)}},
+                         hv.memory_bandwidth([info]))
+
+
+class TestMemoryBandwidthParsing(base.TestCase):
+
+    def test_parse(self):
+        self.assertEqual({}, libvirt_driver.parse_memory_bandwidth({}))
+        self.assertEqual({}, libvirt_driver.parse_memory_bandwidth(
+            {'memory.bandwidth.monitor.count': 0}))
+        self.assertEqual(
+            {0: (4807114752 + 290701312, 10208067584 + 853811200),
+             1: (5850161152 + 229425152, 8693735424 + 406044672)},
+            libvirt_driver.parse_memory_bandwidth(GOOD_STATS))
+
+    def test_monitor_nodes(self):
+        topology = libvirt_driver.parse_capabilities(
+            "<capabilities><host><topology><cells num='2'>"
+            "<cell id='0'><cpus num='2'><cpu id='0'/><cpu id='1'/></cpus>"
+            "</cell><cell id='1'><cpus num='2'><cpu id='2'/><cpu id='3'/>"
+            "</cpus></cell></cells></topology></host></capabilities>")
+        # Without cache banks (older libvirt): cache id = node id.
+        self.assertEqual({0: 0, 1: 1},
+                         libvirt_driver.monitor_nodes({}, topology))
+        self.assertEqual(
+            {0: 0, 1: 1, 2: None},
+            libvirt_driver.monitor_nodes(
+                {0: (0, 1), 1: (2, 3), 2: (1, 2)}, topology))
+
+    def test_l3_banks(self):
+        xml = ("<capabilities><host><cache>"
+               "<bank id='0' level='3' type='both' size='15' unit='MiB' "
+               "cpus='0-5'/>"
+               "<bank id='1' level='3' type='both' size='15' unit='MiB' "
+               "cpus='6-11'/>"
+               "<bank id='bad' level='3' cpus='0'/>"
+               "<bank id='0' level='2' cpus='0'/>"
+               "</cache></host></capabilities>")
+        self.assertEqual({0: (0, 1, 2, 3, 4, 5), 1: (6, 7, 8, 9, 10, 11)},
+                         libvirt_driver.parse_l3_banks(xml))
+        self.assertEqual({}, libvirt_driver.parse_l3_banks(
+            '<capabilities><host/></capabilities>'))
+
+
 class TestLifecycle(LibvirtDriverTestCase):
 
     def test_started_and_stopped(self):
