@@ -462,6 +462,8 @@ class Agent:
             error, counters = exc, {}
         if error is not None:
             LOG.warning('Could not read counters: %s', error)
+        # resctrl memory-bandwidth monitoring, where the host has it.
+        self.collector.measure_bandwidth(self.hv, listed, now)
         gone = set()
         for domain in listed:
             error = None

@@ -205,11 +205,15 @@ class Optimizer:
             stall = None
             if metrics is not None and metrics.cycle_loss > 0:
                 stall = metrics.cycle_loss
+            bandwidth = getattr(state, 'bandwidth', None)
+            measured = sum(total for _local, total in bandwidth.values()) \
+                / 1e6 if bandwidth else None
             out.append(cost.GuestLoad(
                 name=name, vcpus=domain.vcpus, cpu=cpu, memory=memory,
                 ips=mean.ips, cpi=mean.cps / mean.ips,
                 rpi=mean.rps / mean.ips,
-                mpi=min(mean.mps, mean.rps) / mean.ips, stall=stall))
+                mpi=min(mean.mps, mean.rps) / mean.ips, stall=stall,
+                measured_mbps=measured))
         return out
 
     def movable(self, now: float) -> list:

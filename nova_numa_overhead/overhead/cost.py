@@ -127,6 +127,7 @@ class GuestLoad:
     rpi: float                # LLC references per instruction
     mpi: float                # LLC misses per instruction
     stall: float | None = None  # share of cycles stalled, if measured
+    measured_mbps: float | None = None  # resctrl bandwidth, if measured
 
     @property
     def intensive(self) -> bool:
@@ -134,6 +135,11 @@ class GuestLoad:
 
     @property
     def traffic_mbps(self) -> float:
+        """Its memory traffic: measured (resctrl) where the host has it,
+        else its LLC misses in cache lines.
+        """
+        if self.measured_mbps is not None:
+            return self.measured_mbps
         return self.ips * self.mpi * CACHE_LINE / 1e6
 
 

@@ -191,6 +191,20 @@ class TestPlan(OptimizerTestCase):
         for action in agent.optimizer.plan(self.clock.now):
             self.assertTrue(action.with_memory)
 
+    def test_measured_bandwidth_is_the_guests_traffic(self):
+        self.remote('a')
+        agent = self.make_agent()
+        sent = [0]
+
+        def bandwidth(domains):
+            sent[0] += 3 * 10 ** 9
+            return {'a': {0: (0, sent[0])}}
+
+        self.hv.memory_bandwidth = bandwidth
+        self.sample(agent, 5)
+        [load] = agent.optimizer.loads()
+        self.assertAlmostEqual(3000.0, load.traffic_mbps)
+
     def test_nothing_to_plan_before_guests_are_measured(self):
         self.remote()
         agent = self.start(cycles=2)

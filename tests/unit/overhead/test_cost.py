@@ -105,6 +105,13 @@ class TestGuestLoad(testtools.TestCase):
         g = guest('g', {0: 1.0}, {0: 1.0}, ips=1e9, mpi=0.01)
         self.assertAlmostEqual(640.0, g.traffic_mbps)
 
+    def test_measured_traffic_wins(self):
+        # resctrl counts prefetches and write-backs the misses do not.
+        g = cost.GuestLoad(name='g', vcpus=2, cpu={0: 1.0},
+                           memory={0: 1.0}, ips=1e9, cpi=2.0, rpi=0.02,
+                           mpi=0.01, measured_mbps=900.0)
+        self.assertEqual(900.0, g.traffic_mbps)
+
 
 class TestPredict(testtools.TestCase):
 
