@@ -513,9 +513,12 @@ class Optimizer:
                 changes.append(mean.ips / ips - 1.0)
             hood = after_n / before_n if before_n > 0 else 1.0
             # Judged as it was chosen: the sum of the guests' relative
-            # changes (it and the guests on the nodes it left or joined),
-            # and the guest itself not much slower.
+            # changes (it and the guests on the nodes it left or joined);
+            # and neither the guest itself much slower nor those nodes'
+            # instructions per second, all guests together, fewer.
             net = sum(changes)
+            total = (after.ips + after_n) / (check.before + before_n) \
+                if check.before + before_n > 0 else 1.0
             threshold = self.opts.undo_threshold
             self._learn(net, check.predicted)
             rate = self.opts.migrate_rate_mb_per_s or 2048.0
@@ -523,7 +526,7 @@ class Optimizer:
                     check.moved_mb / max(rate, 1.0) * MOVE_COST:
                 # What it gained did not pay for its pages: counted.
                 self.counts['unpaid'] += 1
-            if net >= -threshold and \
+            if net >= -threshold and total >= 1.0 - threshold and \
                     own >= 1.0 - WORST_FACTOR * threshold:
                 self._keep(check, own, hood, now)
                 out.append((name, 'kept'))

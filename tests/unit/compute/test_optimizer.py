@@ -384,6 +384,18 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
         self.assertEqual(1, opt.counts['undone'])
 
+    def test_fewer_instructions_on_its_nodes_put_it_back(self):
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        # It ran at a tenth of its neighbour and doubled; the neighbour
+        # lost 40%: relative changes sum to +60%, the nodes' instructions
+        # per second fell by a third.
+        opt.checks['a'].before = 0.1 * IPS
+        self.progress(agent, 'a', 0.2 * IPS, settle)
+        end = self.progress(agent, 'b', 0.6 * IPS, settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+
     def test_net_gain_with_a_slower_neighbour_is_kept(self):
         agent, now = self.moved(neighbour=True)
         opt = agent.optimizer
