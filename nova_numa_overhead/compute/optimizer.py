@@ -32,10 +32,14 @@ allowed; pinned guests are never touched.
 Closed loop: once a moved guest's pages have landed, its progress
 (instructions per second) over ``loop_window`` samples is compared with
 the same window before the move, and so are the guests on the nodes it
-left and joined. If it, or they, lost more than ``undo_threshold``, the
-move is undone (the guest goes back where it ran) and the guest is left
-alone for a backoff that doubles with every undo. Every outcome is a log
-line, a notification, and a count in ``status``.
+left and joined. The move is undone (the guest goes back where it ran,
+and is left alone for a backoff that doubles with every undo) when the
+sum of their relative changes is below ``-undo_threshold``, when those
+nodes run fewer instructions per second in all by more than
+``undo_threshold``, or when the guest itself lost more than
+``WORST_FACTOR`` times it. Every outcome is a log line, a notification,
+and a count in :meth:`Optimizer.status` (the simulator's JSON; a running
+agent's counts are in its log).
 """
 
 import collections
@@ -425,7 +429,7 @@ class Optimizer:
                                           placer_mod.PAGES):
             LOG.info('Would move %(guest)s, %(what)s, to nodes '
                      '%(nodes)s (enforcement=%(mode)s): %(reason)s',
-                     {'guest': action.guest, 'nodes': action.nodes,
+                     {'guest': action.guest, 'nodes': _text(action.nodes),
                       'what': what, 'mode': agent.opts.enforcement,
                       'reason': reason})
             self.counts['advised'] += 1
@@ -555,6 +559,9 @@ class Optimizer:
                 'gain %.3f)' % ((own - 1) * 100, (hood - 1) * 100,
                                 check.predicted))
         self.agent.record(check.guest, 'optimized', 'ok: ' + text)
+        domain = self.agent.domains.get(check.guest)
+        if domain is not None:
+            self.agent._write_record(domain)
         LOG.info('Move of %(guest)s to nodes %(nodes)s %(text)s',
                  {'guest': check.guest, 'nodes': _text(check.nodes),
                   'text': text})
@@ -601,7 +608,7 @@ class Optimizer:
         return True
 
     def status(self) -> dict:
-        """Counts for ``nova-numa-overhead status``."""
+        """Counts of moves and verdicts since the agent started."""
         return {'moved': self.counts['moved'], 'kept': self.counts['kept'],
                 'undone': self.counts['undone'],
                 'advised': self.counts['advised'],

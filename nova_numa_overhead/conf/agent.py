@@ -508,9 +508,11 @@ Related options:
         min=1,
         help="""
 Samples of a guest's progress (instructions per second) compared before and
-after a move, once its pages have landed. A guest slower by more than
-``undo_threshold`` (it, or the guests on the nodes it left or joined) is put
-back and left alone for a backoff period that doubles with every undo.
+after a move, once its pages have landed. The move is undone, and the guest
+left alone for a backoff period that doubles with every undo, when the guest
+and the guests on the nodes it left or joined lost more than
+``undo_threshold`` in all (the sum of their relative changes, or the nodes'
+instructions per second), or the guest itself more than three times that.
 
 Possible values:
 

@@ -586,7 +586,7 @@ class TestEnforcement(OptimizerTestCase):
         self.assertEqual({}, self.hv.pins)
         self.assertEqual({}, self.hv.nodesets)
         self.assertEqual({}, opt.checks)
-        self.assertIn('Would move a, vCPUs and memory, to nodes (1,)',
+        self.assertIn('Would move a, vCPUs and memory, to nodes 1',
                       self.logger.output)
         # Not advised again at once.
         self.assertEqual([], opt.movable(self.clock.now))

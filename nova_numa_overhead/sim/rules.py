@@ -1,0 +1,64 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The bar the default configuration is held to, per scenario.
+
+* harm: its mean throughput below 0.99x Nova's default;
+* guest: a guest below 0.90x its Nova-default throughput;
+* win: more than 0.5% behind the best other policy;
+* oracle: below 90% of the oracle (97% on the papers' scenarios);
+* economy: more memory moved than the guests have in all.
+
+:func:`broken` reads one scenario's row of ``simulate --all`` or
+``--sweep`` JSON (:func:`nova_numa_overhead.sim.report.summary`).
+"""
+
+HARM = 0.99
+GUEST = 0.90
+WIN = -0.005
+ORACLE = 0.90
+ORACLE_PAPER = 0.97
+# The built-in scenarios of Liu & Li's and vTRMS's experiments.
+PAPER = ('llc-', 'mc-', 'remote-', 'interconnect-', 'mixed-', 'memory-',
+         'sockets-', 'vtrms-')
+RULES = ('harm', 'guest', 'win', 'oracle', 'economy')
+
+
+def broken(row: dict, policy: str = 'overhead-aware') -> list:
+    """The rules ``policy`` breaks in one scenario's row, in RULES order."""
+    ours = row['policies'][policy]
+    out = []
+    if (ours.get('vs_nova_default') or 0.0) < HARM:
+        out.append('harm')
+    if (ours.get('worst_guest') or 0.0) < GUEST:
+        out.append('guest')
+    if row.get('vs_best_other') is not None and \
+            row['vs_best_other'] < WIN:
+        out.append('win')
+    floor = ORACLE_PAPER if row['name'].startswith(PAPER) else ORACLE
+    if row.get('fraction_of_oracle') is not None and \
+            row['fraction_of_oracle'] < floor:
+        out.append('oracle')
+    guests = row.get('scenario', {}).get('guests') or ()
+    total_gb = sum(g.get('memory_gb', 0.0) for g in guests)
+    if guests and (ours.get('moved_mb') or 0.0) / 1024.0 > total_gb:
+        out.append('economy')
+    return out
+
+
+def table(rows) -> dict:
+    """Scenario name -> the rules broken there (only where some are)."""
+    out = {}
+    for row in rows:
+        rules = broken(row)
+        if rules:
+            out[row['name']] = rules
+    return out
