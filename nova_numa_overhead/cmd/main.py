@@ -142,7 +142,10 @@ def _demo(args) -> int:
                 quiet=False))
             if rc:
                 return rc
-            print('figure: %s\n' % args.plot)
+            print('figure: %s' % args.plot)
+            print('every built-in scenario: nova-numa-overhead simulate '
+                  '--all; 50 generated ones (the distribution): '
+                  'nova-numa-overhead simulate --sweep 50\n')
         return demo_mod.run(args.transport_url)
     except (KeyboardInterrupt, common.CommandError):
         raise
