@@ -319,10 +319,33 @@ class Agent:
             if domain.name in current:
                 self.place(domain)
         self.protect()
-        self.optimizer.step(now)
+        self._optimize(now)
         if started or stopped or changed:
             self.dirty = True
         return self._due_report(now)
+
+    def _optimize(self, now: float) -> None:
+        """The optimizer's pass: its failure never stops sampling,
+        placement or reports (logged once per kind of error).
+        """
+        error = None
+        try:
+            self.optimizer.step(now)
+        except hv_mod.HypervisorUnavailable:
+            raise
+        except Exception as exc:
+            error = exc
+        if error is None:
+            return
+        kind = error_kind(error)
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+        if ('optimizer', kind) in self._warned:
+            LOG.debug('Optimizer pass failed again: %s: %s', kind, error)
+            return
+        self._warned.add(('optimizer', kind))
+        LOG.error('Optimizer pass failed, skipped (%(kind)s: %(error)s); '
+                  'sampling, placement and reports go on',
+                  {'kind': kind, 'error': error}, exc_info=error)
 
     def _take_pending(self) -> set:
         with self._events_lock:
@@ -513,14 +536,14 @@ class Agent:
         self.errors[kind] = self.errors.get(kind, 0) + 1
         reason = '%s: %s' % (kind, exc)
         args = {'what': what, 'guest': name, 'reason': reason}
-        if (name, kind) in self._warned:
+        if (name, what, kind) in self._warned:
             LOG.debug('%(what)s of %(guest)s failed again (%(reason)s)', args)
         elif isinstance(exc, (hv_mod.HypervisorError, OSError)):
-            self._warned.add((name, kind))
+            self._warned.add((name, what, kind))
             LOG.warning('%(what)s of %(guest)s failed, skipped this cycle '
                         '(%(reason)s)', args)
         else:
-            self._warned.add((name, kind))
+            self._warned.add((name, what, kind))
             LOG.error('%(what)s of %(guest)s failed, skipped this cycle '
                       '(%(reason)s)', args, exc_info=exc)
         self.record(name, 'failed', '%s failed: %s' % (what, reason))
@@ -813,10 +836,24 @@ class Agent:
         return decision
 
     def _judge_placement(self, domain, cpu, before, shares):
-        optimizer = getattr(self, 'optimizer', None)
-        if optimizer is None:
-            return None
-        return optimizer.judge(domain.name, cpu, before, shares)
+        """The optimizer's verdict on a plan; its failure leaves the
+        placer's rule standing (logged once per kind of error).
+        """
+        error = None
+        try:
+            return self.optimizer.judge(domain.name, cpu, before, shares)
+        except hv_mod.HypervisorUnavailable:
+            raise
+        except Exception as exc:
+            error = exc
+        kind = error_kind(error)
+        if ('judge', kind) not in self._warned:
+            self._warned.add(('judge', kind))
+            LOG.error('Judging the placement of %(guest)s failed, the '
+                      'placer\'s plan stands (%(kind)s: %(error)s)',
+                      {'guest': domain.name, 'kind': kind, 'error': error},
+                      exc_info=error)
+        return None
 
     def _pages_allowed(self, mb: float) -> int:
         return int(self.rate.take(mb) * PAGES_PER_MB)

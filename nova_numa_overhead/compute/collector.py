@@ -33,6 +33,7 @@ not inferred. It is optional: without it everything works as before.
 
 from oslo_log import log as logging
 
+from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.overhead import classifier
 from nova_numa_overhead.overhead import estimator
 from nova_numa_overhead.overhead import samples
@@ -191,6 +192,9 @@ class Collector:
         if read is not None:
             try:
                 answer = read(domains)
+            except hv_mod.HypervisorUnavailable:
+                # The connection, not the source: the agent reconnects.
+                raise
             except Exception as exc:
                 kind = type(exc).__name__
                 error = '%s: %s' % (kind, exc)

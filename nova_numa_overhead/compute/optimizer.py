@@ -49,6 +49,7 @@ import math
 from oslo_log import log as logging
 
 from nova_numa_overhead.compute import collector as collector_mod
+from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.compute import placer as placer_mod
 from nova_numa_overhead.overhead import cost
 
@@ -59,7 +60,11 @@ MOVE_COST = 0.5          # guest speed lost while its pages are in flight
 BACKOFF_BASE = 60.0      # seconds left alone after a first undo
 BACKOFF_MAX = 3600.0
 HOLD = 30.0              # seconds a kept move is left before the next
-HISTORY = 32             # samples of progress kept per guest
+HISTORY = 32             # samples of progress kept per guest (and the
+#                          most loop_window can ask for)
+EXPIRE = 120.0           # seconds after settling a verdict may wait for
+FALLBACK_RATE = 2048.0   # MiB/s assumed without migrate_rate_mb_per_s
+MIN_SHIFT = 0.05         # share of a guest's pages worth a move
 WORST_FACTOR = 3.0       # a single guest may lose 3 x undo_threshold
 TRUST_START = 1.0        # trust in the model before any verdict
 TRUST_MIN = 0.1
@@ -90,6 +95,7 @@ class Check:
     predicted: float
     nodes: tuple
     moved_mb: float
+    trust: float = 1.0        # the optimizer's trust when it chose it
 
 
 @dataclasses.dataclass
@@ -114,6 +120,7 @@ class Optimizer:
         self.checks: dict = {}
         self.backoff: dict = {}       # name -> (undos, until)
         self.held: dict = {}          # name -> not before
+        self.advised: dict = {}       # name -> the advice last logged
         self.counts = collections.Counter()
         self.next_pass = None
         # How far the model's predictions came true on this host (the
@@ -121,6 +128,7 @@ class Optimizer:
         # gains are scaled by it, so a host whose costs the model
         # misjudges gets fewer, surer moves.
         self.trust = TRUST_START
+        self._views: dict = {}
 
     # -- measuring ------------------------------------------------------------
 
@@ -129,7 +137,7 @@ class Optimizer:
         guests = self.agent.collector.guests
         for name in [n for n in self.history if n not in guests]:
             del self.history[name]
-        for table in (self.checks, self.backoff, self.held):
+        for table in (self.checks, self.backoff, self.held, self.advised):
             for name in [n for n in table if n not in guests]:
                 del table[name]
         for name, state in guests.items():
@@ -158,7 +166,15 @@ class Optimizer:
 
     # -- the pass -------------------------------------------------------------
 
+    def _rate(self) -> float:
+        """MiB/s the pages of a move are assumed to go at."""
+        rate = self.opts.migrate_rate_mb_per_s
+        return max(rate, 1.0) if rate > 0 else FALLBACK_RATE
+
     def due(self, now: float) -> bool:
+        """Whether a pass is due (never with ``optimize`` off or
+        ``enforcement = off``).
+        """
         if not self.opts.optimize or self.opts.enforcement == 'off':
             return False
         if self.next_pass is None:
@@ -200,8 +216,12 @@ class Optimizer:
         for name, state in self.agent.collector.guests.items():
             domain = self.agent.domains.get(name)
             mean = self._mean(name, last=min(3, self.opts.loop_window))
-            cpu = state.cpu
-            memory = collector_mod.fractions(state.memory_mb)
+            size = self.agent.topology.size
+            # A node the topology does not know (hot-added since): left
+            # out of the model, not a failure of the pass.
+            cpu = {n: f for n, f in state.cpu.items() if 0 <= n < size}
+            memory = {n: f for n, f in collector_mod.fractions(
+                state.memory_mb).items() if 0 <= n < size}
             if domain is None or mean is None or not cpu or not memory or \
                     mean.ips <= 0:
                 continue
@@ -270,8 +290,7 @@ class Optimizer:
         host = self.host_model()
         model = cost.Model(host, loads)
         measured = {g.name for g in loads}
-        rate = max(self.opts.migrate_rate_mb_per_s, 1.0) if \
-            self.opts.migrate_rate_mb_per_s > 0 else 2048.0
+        rate = self._rate()
         # What the move rate lets land before the next pass; the first
         # move of a pass may be larger (one guest at a time).
         budget = rate * self.opts.optimize_interval
@@ -286,6 +305,7 @@ class Optimizer:
             busy.update(check.nodes)
         actions = []
         movable = [d for d in self.movable(now) if d.name in measured]
+        self._views = {}      # name -> host_view(without=name), this pass
         for _ in range(MAX_ACTIONS):
             best = None
             for domain in movable:
@@ -313,7 +333,9 @@ class Optimizer:
         state = agent.collector.guests.get(name)
         touched = sum(state.memory_mb.values()) if state else 0.0
         now_cpu, now_mem = model.now[name]
-        view = agent.host_view(without=name)
+        view = self._views.get(name)
+        if view is None:
+            view = self._views[name] = agent.host_view(without=name)
         base_changes = dict(committed)
         without = model.predict(base_changes) if base_changes else {}
         for nodes in self.candidates(domain, host):
@@ -325,12 +347,12 @@ class Optimizer:
             variants = []
             if room >= domain.memory_mb + self.opts.reserve_mb and (
                     target != now_cpu or
-                    cost.moved_fraction(now_mem, target) >= 0.05):
+                    cost.moved_fraction(now_mem, target) >= MIN_SHIFT):
                 # vCPUs and memory together.
                 variants.append((target, touched * cost.moved_fraction(
                     now_mem, target), True))
             if target != now_cpu and _local(target, now_mem) > \
-                    _local(now_cpu, now_mem) + 0.05:
+                    _local(now_cpu, now_mem) + MIN_SHIFT:
                 # vCPUs alone, to where more of its memory is (and CPUs
                 # or the LLC maybe less shared): no page moves, no room
                 # needed.
@@ -344,7 +366,7 @@ class Optimizer:
                 gain = self.trust * sum(r - without.get(g, 1.0)
                                         for g, r in ratios.items())
                 price = moved / rate * MOVE_COST
-                if gain < self.opts.min_gain or \
+                if gain <= 0 or gain < self.opts.min_gain or \
                         gain * horizon < self.opts.gain_margin * price:
                     continue
                 score = gain - price / horizon
@@ -372,13 +394,12 @@ class Optimizer:
         target = {n: mb / total for n, mb in shares.items() if mb > 0}
         now = {n: mb / touched for n, mb in before.items() if mb > 0}
         moved = touched * cost.moved_fraction(now, target)
-        if moved < touched * 0.05:
+        if moved < touched * MIN_SHIFT:
             return None
         model = cost.Model(self.host_model(), loads)
         cpu_now, _mem = model.now[name]
         gain = self.trust * model.gain({name: (cpu_now, target)})
-        rate = max(self.opts.migrate_rate_mb_per_s, 1.0) if \
-            self.opts.migrate_rate_mb_per_s > 0 else 2048.0
+        rate = self._rate()
         price = moved / rate * MOVE_COST
         if gain * self.opts.payback_horizon >= self.opts.gain_margin * price:
             return None
@@ -418,8 +439,13 @@ class Optimizer:
         state = agent.collector.guests.get(action.guest)
         before = self._mean(action.guest)
         previous = agent.restrictions.get(action.guest, ((), ()))
+        # An undo puts the vCPUs back on the CPUs they had, else on those
+        # (within Nova's) of the nodes they ran on: floating again, the
+        # kernel would place them anywhere, away from the memory the
+        # agent confined (measured: worse than pinning them back).
         ran_on = tuple(sorted(state.cpu)) if state else ()
-        undo = (previous[0], previous[1] or self._cpus(domain, ran_on))
+        undo = (tuple(previous[0]),
+                tuple(previous[1]) or self._cpus(domain, ran_on))
         reason = ('predicted gain %.3f pays its cost %.1f guest-s back '
                   'within %d s (%d MiB to move)' % (
                       action.gain, action.cost, self.opts.payback_horizon,
@@ -427,36 +453,44 @@ class Optimizer:
         what = 'vCPUs and memory' if action.with_memory else 'vCPUs'
         if agent.opts.enforcement not in (placer_mod.NODESET,
                                           placer_mod.PAGES):
-            LOG.info('Would move %(guest)s, %(what)s, to nodes '
-                     '%(nodes)s (enforcement=%(mode)s): %(reason)s',
-                     {'guest': action.guest, 'nodes': _text(action.nodes),
-                      'what': what, 'mode': agent.opts.enforcement,
-                      'reason': reason})
+            key = (action.nodes, action.with_memory)
+            log = LOG.debug if self.advised.get(action.guest) == key \
+                else LOG.info
+            self.advised[action.guest] = key
+            log('Would move %(guest)s, %(what)s, to nodes %(nodes)s '
+                '(enforcement=%(mode)s): %(reason)s',
+                {'guest': action.guest, 'nodes': _text(action.nodes),
+                 'what': what, 'mode': agent.opts.enforcement,
+                 'reason': reason})
             self.counts['advised'] += 1
             self.held[action.guest] = now + HOLD
             return False
         touched = set(action.nodes) | set(state.cpu if state else ()) | \
             set(state.memory_mb if state else ())
         neighbours = self.neighbours(action.guest, touched)
-        nodes = tuple(action.nodes) if action.with_memory else previous[0]
+        nodes = tuple(action.nodes) if action.with_memory else ()
         done = agent._guarded(domain, 'Optimizer move', self._move, domain,
                               nodes, action.cpus)
         if not done:
-            self.counts['failed'] += 1
+            if action.guest in agent.domains:
+                self.counts['failed'] += 1
+            # Not tried again at every pass.
+            self.held[action.guest] = now + BACKOFF_BASE
             return False
-        agent.restrictions[action.guest] = (tuple(nodes),
-                                            tuple(action.cpus))
+        agent.restrictions[action.guest] = (
+            tuple(nodes) if nodes else tuple(previous[0]),
+            tuple(action.cpus))
         agent.record(action.guest, 'optimized',
                      'ok: %s to nodes %s: %s'
                      % (what, _text(action.nodes), reason))
         agent._write_record(domain)
         self.counts['moved'] += 1
-        rate = self.opts.migrate_rate_mb_per_s or 2048.0
-        settle = now + action.moved_mb / max(rate, 1.0) + 1.0
+        settle = now + action.moved_mb / self._rate() + 1.0
         if before is not None:
             self.checks[action.guest] = Check(
                 action.guest, now, settle, before.ips, neighbours, undo,
-                action.gain, tuple(action.nodes), action.moved_mb)
+                action.gain, tuple(action.nodes), action.moved_mb,
+                self.trust)
         else:
             # Nothing to judge it against: left alone until it settles.
             self.held[action.guest] = settle + HOLD
@@ -499,10 +533,20 @@ class Optimizer:
         """Keep or undo the moves whose pages have landed."""
         out = []
         for name, check in list(self.checks.items()):
+            if name in self.agent.migrating:
+                # Nova's placement is back for the migration: nothing to
+                # judge, nothing to undo.
+                del self.checks[name]
+                continue
             if now < check.settle:
                 continue
             after = self._mean(name, since=check.settle)
             if after is None:
+                if now > check.settle + EXPIRE:
+                    # No progress measured since: no verdict, and its
+                    # nodes are open again.
+                    del self.checks[name]
+                    self.counts['expired'] += 1
                 continue
             del self.checks[name]
             own = after.ips / check.before if check.before > 0 else 1.0
@@ -524,28 +568,31 @@ class Optimizer:
             total = (after.ips + after_n) / (check.before + before_n) \
                 if check.before + before_n > 0 else 1.0
             threshold = self.opts.undo_threshold
-            self._learn(net, check.predicted)
-            rate = self.opts.migrate_rate_mb_per_s or 2048.0
+            self._learn(net, check.predicted, check.trust)
             if net * self.opts.payback_horizon < \
-                    check.moved_mb / max(rate, 1.0) * MOVE_COST:
+                    check.moved_mb / self._rate() * MOVE_COST:
                 # What it gained did not pay for its pages: counted.
                 self.counts['unpaid'] += 1
             if net >= -threshold and total >= 1.0 - threshold and \
                     own >= 1.0 - WORST_FACTOR * threshold:
                 self._keep(check, own, hood, now)
                 out.append((name, 'kept'))
-            elif self._undo(check, own, hood, now):
-                out.append((name, 'undone'))
             else:
-                out.append((name, 'undo failed'))
+                try:
+                    undone = self._undo(check, own, hood, now)
+                except hv_mod.HypervisorUnavailable:
+                    # Judged again once libvirt is back.
+                    self.checks[name] = check
+                    raise
+                out.append((name, 'undone' if undone else 'undo failed'))
         return out
 
-    def _learn(self, net, predicted) -> None:
-        if predicted <= 0:
+    def _learn(self, net, predicted, trust) -> None:
+        if predicted <= 0 or trust <= 0:
             return
-        # The gain this move was chosen for was already scaled by the
-        # trust of its time: compare with what the model itself said.
-        came_true = min(max(net / (predicted / self.trust), 0.0), 1.0)
+        # The gain this move was chosen for was scaled by the trust of its
+        # time: compare with what the model itself said.
+        came_true = min(max(net / (predicted / trust), 0.0), 1.0)
         self.trust = max(TRUST_MIN, (1 - TRUST_WEIGHT) * self.trust +
                          TRUST_WEIGHT * came_true)
 
@@ -568,22 +615,32 @@ class Optimizer:
         self.agent._notify('numa_overhead.optimize.kept', {
             'guest': check.guest, 'progress': own, 'neighbours': hood})
 
-    def _undo(self, check, own, hood, now) -> None:
+    def _undo(self, check, own, hood, now) -> bool:
         agent = self.agent
         undos, _until = self.backoff.get(check.guest, (0, 0.0))
         wait = min(BACKOFF_BASE * 2 ** undos, BACKOFF_MAX)
-        self.backoff[check.guest] = (undos + 1, now + wait)
         text = ('progress %+.1f%%, its neighbours %+.1f%% (predicted gain '
                 '%.3f)' % ((own - 1) * 100, (hood - 1) * 100,
                            check.predicted))
         domain = agent.domains.get(check.guest)
         nodes, cpus = check.undo
+        if nodes and domain is not None:
+            # Back to the nodes it was confined to, if they still hold it
+            # (the move freed them; others may have filled them since).
+            view = agent.host_view(without=check.guest)
+            room = sum(view.free_mb[n] for n in nodes
+                       if 0 <= n < len(view.free_mb))
+            if room < domain.memory_mb + self.opts.reserve_mb:
+                nodes = agent.restrictions.get(check.guest, ((), ()))[0]
+        restored = [None]
         done = domain is not None and agent._guarded(
-            domain, 'Undoing a move', self._restore, domain, nodes, cpus)
+            domain, 'Undoing a move', self._restore, domain, nodes, cpus,
+            restored)
+        self.backoff[check.guest] = (undos + 1, now + wait)
         if not done:
             self.counts['undo_failed'] += 1
             return False
-        agent.restrictions[check.guest] = (tuple(nodes), tuple(cpus))
+        agent.restrictions[check.guest] = restored[0]
         self.counts['undone'] += 1
         agent.record(check.guest, 'undone',
                      'ok: back where it ran: %s; left alone %d s' % (
@@ -598,13 +655,23 @@ class Optimizer:
             'backoff_s': wait})
         return True
 
-    def _restore(self, domain, nodes, cpus) -> bool:
-        hv = self.agent.hv
-        nova = self.agent.nova_allowed.get(domain.name, ())
+    def _restore(self, domain, nodes, cpus, restored) -> bool:
+        """vCPUs back to ``cpus`` (() = Nova's: floating again), memory
+        to ``nodes`` (() = Nova's nodes). ``restored[0]``: the agent's
+        restriction now.
+        """
+        agent = self.agent
         if cpus:
-            hv.pin_vcpus(domain, cpus)
-        hv.set_nodeset(domain, nodes or nova or range(
-            self.agent.topology.size))
+            agent.hv.pin_vcpus(domain, cpus)
+        else:
+            agent.hv.restore(domain, None,
+                             agent.nova_cpus.get(domain.name, ()))
+        if nodes:
+            agent.hv.set_nodeset(domain, nodes)
+        else:
+            agent.hv.restore(domain,
+                             agent.nova_allowed.get(domain.name, ()), None)
+        restored[0] = (tuple(nodes), tuple(cpus))
         return True
 
     def status(self) -> dict:
@@ -614,6 +681,7 @@ class Optimizer:
                 'advised': self.counts['advised'],
                 'unpaid': self.counts['unpaid'],
                 'refused': self.counts['refused'],
+                'expired': self.counts['expired'],
                 'failed': self.counts['failed'] +
                 self.counts['undo_failed'],
                 'waiting': len(self.checks),

@@ -226,8 +226,12 @@ class Placer:
                                'where it is' % (nodes, domain.memory_mb,
                                                 self.reserve_mb, room))
             return decision
+        # The judge scores memory moves with the vCPUs where they run: a
+        # plan that moves the vCPUs too (colocate_vcpus) is the placer's.
+        moves_vcpus = bool(self.colocate_cpus) and local_node(cpu) != \
+            plan.local
         verdict = self.judge(domain, cpu, before, plan.shares) \
-            if self.judge is not None else None
+            if self.judge is not None and not moves_vcpus else None
         if verdict:
             decision.action = 'skipped'
             decision.reason = '%s: left where it is' % verdict

@@ -506,6 +506,7 @@ Related options:
         'loop_window',
         default=5,
         min=1,
+        max=32,
         help="""
 Samples of a guest's progress (instructions per second) compared before and
 after a move, once its pages have landed. The move is undone, and the guest
@@ -516,7 +517,7 @@ instructions per second), or the guest itself more than three times that.
 
 Possible values:
 
-* An integer >= 1.
+* An integer from 1 to 32.
 
 Related options:
 

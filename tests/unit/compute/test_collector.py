@@ -152,7 +152,6 @@ class TestMeasure(base.TestCase):
         self.hv.traffic('a', {0: (GB, GB)})
         self.measure(2.0)
         for error in (hv_mod.HypervisorError('stats refused'),
-                      hv_mod.HypervisorUnavailable('connection closed'),
                       RuntimeError('a bug')):
             self.hv.error = error
             self.measure(3.0)
@@ -164,8 +163,6 @@ class TestMeasure(base.TestCase):
         self.assertEqual(
             ['No memory bandwidth measurement (HypervisorError: stats '
              'refused)',
-             'No memory bandwidth measurement (HypervisorUnavailable: '
-             'connection closed)',
              'No memory bandwidth measurement (RuntimeError: a bug)'],
             lines)
         # Back: measured again from the next pair of reads.
@@ -175,6 +172,10 @@ class TestMeasure(base.TestCase):
         self.measure(6.0)
         self.assertEqual({0: (GB, 2 * GB)},
                          self.collector.guests['a'].bandwidth)
+
+    def test_a_lost_connection_is_not_a_missing_source(self):
+        self.hv.error = hv_mod.HypervisorUnavailable('connection closed')
+        self.assertRaises(hv_mod.HypervisorUnavailable, self.measure, 1.0)
 
     def test_an_answer_that_is_not_a_mapping(self):
         self.hv.memory_bandwidth = lambda domains: ['a']

@@ -12,6 +12,7 @@
 
 import collections
 import dataclasses
+from unittest import mock
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.compute import optimizer
@@ -298,6 +299,7 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual(IPS, check.before)
         self.assertEqual({'b': IPS}, check.neighbours)
         # Where the placer had confined it, and the CPUs it ran on.
+        # The placer's restriction, and the CPUs of the node it ran on.
         self.assertEqual(((0,), NODE0_CPUS), check.undo)
         self.assertEqual(now + 1.0, check.settle)
         self.assertEqual(((1,), NODE1_CPUS), agent.restrictions['a'])
@@ -333,6 +335,8 @@ class TestClosedLoop(OptimizerTestCase):
         # 10% slower: beyond undo_threshold (3%).
         end = self.progress(agent, 'a', 0.9 * IPS, settle)
         self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        # Its vCPUs back on the node they ran on, its memory confined to
+        # the placer's node again.
         self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
         self.assertEqual((0,), self.hv.nodesets['a'])
         self.assertEqual(((0,), NODE0_CPUS), agent.restrictions['a'])
@@ -435,6 +439,7 @@ class TestClosedLoop(OptimizerTestCase):
         opt.verdicts(end)
         self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
         self.assertEqual((0, 1), self.hv.nodesets['a'])
+        self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
 
     def test_failed_undo_is_counted(self):
         agent, now = self.moved()
@@ -445,6 +450,105 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual(0, opt.counts['undone'])
         self.assertEqual(1, opt.status()['failed'])
         self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+
+
+class TestContained(OptimizerTestCase):
+    """A failure of the optimizer never stops the agent."""
+
+    def test_a_failing_pass_stops_neither_sampling_nor_reports(self):
+        self.remote('a')
+        agent = self.make_agent()
+
+        def broken(now):
+            raise ZeroDivisionError('bug')
+
+        agent.optimizer.step = broken
+        self.sample(agent, 3)
+        self.assertTrue(self.publisher.reports)
+        self.assertEqual(3, agent.errors['ZeroDivisionError'])
+        # Logged once with its traceback, at debug after that.
+        self.assertEqual(1, self.logger.output.count(
+            'Optimizer pass failed, skipped'))
+
+    def test_a_failing_judge_leaves_the_placers_plan(self):
+        self.remote('a')
+        agent = self.start()
+
+        def broken(*args):
+            raise KeyError('bug')
+
+        agent.optimizer.judge = broken
+        decision = agent.place(agent.domains['a'])
+        self.assertNotEqual('failed', decision.action)
+        self.assertIn('Judging the placement of a failed',
+                      self.logger.output)
+
+    def test_nodes_the_topology_does_not_know_are_left_out(self):
+        self.remote('a')
+        agent = self.start()
+        state = agent.collector.guests['a']
+        memory = dict(state.memory_mb)
+        memory[7] = 512.0
+        state.memory_mb = memory
+        [load] = agent.optimizer.loads()
+        self.assertNotIn(7, load.memory)
+        agent.optimizer.plan(self.clock.now)
+
+    def test_a_failed_move_is_not_tried_at_every_pass(self):
+        self.remote('a')
+        agent = self.start()
+        self.hv.raise_on[('set_nodeset', 'a')] = hv_mod.HypervisorError('no')
+        opt = agent.optimizer
+        self.assertFalse(opt.apply(self.to_node1(), self.clock.now))
+        self.assertEqual(1, opt.counts['failed'])
+        self.assertNotIn('a', [d.name for d in opt.movable(self.clock.now)])
+
+    def test_a_lost_connection_keeps_the_undo_for_later(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        self.hv.raise_on[('pin_vcpus', 'a')] = \
+            hv_mod.HypervisorUnavailable('gone')
+        self.assertRaises(hv_mod.HypervisorUnavailable, opt.verdicts, end)
+        self.assertIn('a', opt.checks)
+
+    def moved(self):
+        self.remote('a')
+        agent = self.start()
+        now = self.clock.now
+        self.assertTrue(agent.optimizer.apply(self.to_node1(), now))
+        return agent, now
+
+    def test_a_migrating_guest_is_not_judged(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        agent.leave_for_migration('a')
+        pins = dict(self.hv.pins)
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        self.assertEqual([], opt.verdicts(end))
+        self.assertEqual({}, opt.checks)
+        self.assertEqual(pins, self.hv.pins)
+
+    def test_a_verdict_without_progress_expires(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        self.assertEqual([], opt.verdicts(settle + optimizer.EXPIRE + 1))
+        self.assertEqual({}, opt.checks)
+        self.assertEqual(1, opt.status()['expired'])
+
+    def test_advice_is_logged_once(self):
+        self.flags(group='numa_overhead_agent', enforcement='advisory')
+        self.remote('a')
+        agent = self.start()
+        opt = agent.optimizer
+        with mock.patch.object(optimizer, 'LOG', autospec=True) as log:
+            for i in range(3):
+                opt.apply(self.to_node1(), self.clock.now + 100 * i)
+        self.assertEqual(3, opt.counts['advised'])
+        # At INFO once, at DEBUG after that.
+        self.assertEqual(1, log.info.call_count)
+        self.assertEqual(2, log.debug.call_count)
 
 
 class TestJudge(OptimizerTestCase):
@@ -639,8 +743,9 @@ class TestStatus(OptimizerTestCase):
         opt = agent.optimizer
         now = self.clock.now
         self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0, 'advised': 0,
-                          'unpaid': 0, 'refused': 0, 'failed': 0,
-                          'waiting': 0, 'backing_off': 0, 'trust': 1.0},
+                          'unpaid': 0, 'refused': 0, 'expired': 0,
+                          'failed': 0, 'waiting': 0, 'backing_off': 0,
+                          'trust': 1.0},
                          opt.status())
         # 'b' moves later: the verdict on 'a' comes first.
         self.assertTrue(opt.apply(self.to_node1('a'), now))
@@ -648,8 +753,9 @@ class TestStatus(OptimizerTestCase):
         self.hv.raise_on[('pin_vcpus', 'c')] = hv_mod.HypervisorError('no')
         self.assertFalse(opt.apply(self.to_node1('c'), now))
         self.assertEqual({'moved': 2, 'kept': 0, 'undone': 0, 'advised': 0,
-                          'unpaid': 0, 'refused': 0, 'failed': 1,
-                          'waiting': 2, 'backing_off': 0, 'trust': 1.0},
+                          'unpaid': 0, 'refused': 0, 'expired': 0,
+                          'failed': 1, 'waiting': 2, 'backing_off': 0,
+                          'trust': 1.0},
                          opt.status())
         self.progress(agent, 'a', 1.2 * IPS, now + 1)
         self.assertEqual([('a', 'kept')], opt.verdicts(now + 4))
@@ -659,8 +765,8 @@ class TestStatus(OptimizerTestCase):
         status = opt.status()
         self.assertLess(status.pop('trust'), 1.0)
         self.assertEqual({'moved': 2, 'kept': 1, 'undone': 1, 'advised': 0,
-                          'unpaid': 1, 'refused': 0, 'failed': 1,
-                          'waiting': 0, 'backing_off': 1},
+                          'unpaid': 1, 'refused': 0, 'expired': 0,
+                          'failed': 1, 'waiting': 0, 'backing_off': 1},
                          status)
 
     def test_backing_off_ends_with_the_wait(self):
