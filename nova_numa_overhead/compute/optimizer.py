@@ -37,9 +37,10 @@ and is left alone for a backoff that doubles with every undo) when the
 sum of their relative changes is below ``-undo_threshold``, when those
 nodes run fewer instructions per second in all by more than
 ``undo_threshold``, or when the guest itself lost more than
-``WORST_FACTOR`` times it. Every outcome is a log line, a notification,
-and a count in :meth:`Optimizer.status` (the simulator's JSON; a running
-agent's counts are in its log).
+``WORST_FACTOR`` times it. Moves, verdicts and undos are log lines and
+notifications (advice and refusals are log lines only), and counts in
+:meth:`Optimizer.status`: in the simulator's JSON; a running agent keeps
+them in memory only.
 """
 
 import collections
