@@ -51,6 +51,7 @@ MISS_CYCLES = 50.0       # stall per local LLC miss when not measured
 CORE_CPI = 0.8           # cycles per instruction of a core not stalled
 MAX_STALL = 0.9          # share of cycles a guest can be stalled
 RHO_MAX = 0.95
+CONVERGED = 1e-4         # predictions settled: no further iteration
 RHO_SEEN = 0.8           # utilisation assumed at most where traffic is seen
 QUEUE_KNEE = 3           # latency stays flat at low utilisation
 LINK_FRACTION = 0.4      # link bandwidth / controller bandwidth, unknown
@@ -185,61 +186,93 @@ class Model:
 
     # -- node aggregates ----------------------------------------------------
 
-    def _aggregates(self, placement, speeds=None) -> dict:
+    def _aggregates(self, placement, speeds=None, base=None) -> dict:
         """Per node: vCPU demand, LLC pressure, controller traffic; per
-        (cpu node, memory node): link traffic.
+        (cpu node, memory node): link traffic. ``base``: aggregates of
+        the guests not in ``placement``, added to.
         """
         n = self.host.size
-        demand = [0.0] * n
-        pressure = [0.0] * n
-        ctrl = [0.0] * n
-        link = {}
+        if base is None:
+            agg = {'demand': [0.0] * n, 'pressure': [0.0] * n,
+                   'ctrl': [0.0] * n, 'link': {}}
+        else:
+            agg = {'demand': list(base['demand']),
+                   'pressure': list(base['pressure']),
+                   'ctrl': list(base['ctrl']), 'link': dict(base['link'])}
         for name, (cpu, mem) in placement.items():
-            g = self.guests[name]
-            scale = (speeds or {}).get(name, 1.0)
-            traffic = g.traffic_mbps * scale
+            self._add(agg, name, cpu, mem,
+                      (speeds or {}).get(name, 1.0))
+        return agg
+
+    def _add(self, agg, name, cpu, mem, scale, sign=1.0) -> None:
+        """One guest's share of the aggregates (``sign`` -1: taken off)."""
+        g = self.guests[name]
+        traffic = g.traffic_mbps * scale * sign
+        demand, pressure = agg['demand'], agg['pressure']
+        ctrl, link = agg['ctrl'], agg['link']
+        for i, f in cpu.items():
+            demand[i] += sign * g.vcpus * f
+            if g.intensive:
+                pressure[i] += sign * g.vcpus * f
+        for j, m in mem.items():
+            ctrl[j] += traffic * m
             for i, f in cpu.items():
-                demand[i] += g.vcpus * f
-                if g.intensive:
-                    pressure[i] += g.vcpus * f
-            for j, m in mem.items():
-                ctrl[j] += traffic * m
-                for i, f in cpu.items():
-                    if i != j:
-                        link[(i, j)] = link.get((i, j), 0.0) + \
-                            traffic * f * m
-        return {'demand': demand, 'pressure': pressure, 'ctrl': ctrl,
-                'link': link}
+                if i != j:
+                    link[(i, j)] = link.get((i, j), 0.0) + traffic * f * m
 
     # -- one guest ------------------------------------------------------------
 
+    def _terms(self, agg) -> dict:
+        """Per node (and node pair) terms of ``agg``, computed once: every
+        guest on a node shares them.
+        """
+        terms = agg.get('terms')
+        if terms is not None:
+            return terms
+        host = self.host
+        n = host.size
+        cpu = []
+        fit = []
+        for node in range(n):
+            demand = agg['demand'][node]
+            cores = host.cores[node]
+            if demand <= 0:
+                cpu.append((1.0, 1.0))
+            else:
+                running = min(demand, host.threads[node])
+                extra = max(running - cores, 0.0)
+                eff = min(running, cores + SMT_YIELD * extra)
+                cpu.append((running / demand, eff / running))
+            room = cores * LLC_VCPUS_PER_CORE
+            pressure = agg['pressure'][node]
+            fit.append(1.0 if pressure <= room else room / pressure)
+        ctrl = [_queue(agg['ctrl'][j] / host.bandwidth_mbps[j])
+                for j in range(n)]
+        link = {}
+        for (i, j), traffic in agg['link'].items():
+            link[(i, j)] = _queue(traffic / host.link_mbps[i][j])
+        terms = agg['terms'] = {'cpu': cpu, 'fit': fit, 'ctrl': ctrl,
+                                'link': link}
+        return terms
+
     def _cpu(self, node: int, agg) -> tuple:
         """(run share, SMT factor) of a vCPU on ``node``."""
-        demand = agg['demand'][node]
-        cores = self.host.cores[node]
-        threads = self.host.threads[node]
-        if demand <= 0:
-            return 1.0, 1.0
-        running = min(demand, threads)
-        extra = max(running - cores, 0.0)
-        eff = min(running, cores + SMT_YIELD * extra)
-        return running / demand, eff / running
+        return self._terms(agg)['cpu'][node]
 
     def _fit(self, node: int, agg) -> float:
-        room = self.host.cores[node] * LLC_VCPUS_PER_CORE
-        pressure = agg['pressure'][node]
-        return 1.0 if pressure <= room else room / pressure
+        return self._terms(agg)['fit'][node]
 
     def _latency(self, cpu, mem, agg) -> float:
-        host = self.host
+        terms = self._terms(agg)
+        latency = self.host.latency
+        ctrl, link = terms['ctrl'], terms['link']
         total = 0.0
         for j, m in mem.items():
-            q = _queue(agg['ctrl'][j] / host.bandwidth_mbps[j])
+            q = ctrl[j]
             for i, f in cpu.items():
-                lat = host.latency[i][j] * q
+                lat = latency[i][j] * q
                 if i != j:
-                    lat *= _queue(agg['link'].get((i, j), 0.0) /
-                                  host.link_mbps[i][j])
+                    lat *= link.get((i, j), 1.0)
                 total += f * m * lat
         return total
 
@@ -270,12 +303,13 @@ class Model:
     def _speed(self, name, placement, agg) -> float:
         """Instructions per second of one guest, up to a constant."""
         cpu, mem = placement[name]
+        terms = self._terms(agg)
         run = smt = fit = 0.0
         for i, f in cpu.items():
-            r, s = self._cpu(i, agg)
+            r, s = terms['cpu'][i]
             run += f * r
             smt += f * s
-            fit += f * self._fit(i, agg)
+            fit += f * terms['fit'][i]
         cpi, stall, hit0, fit0, lat0 = self._ref[name]
         hit = min(max(hit0 * fit / fit0, 0.0), 0.98) if hit0 > 0 else 0.0
         misses = (1.0 - hit) / max(1.0 - hit0, 1e-6)
@@ -298,17 +332,28 @@ class Model:
             nodes.update(cpu, mem, cpu0, mem0)
         reached = [name for name, (cpu, mem) in placement.items()
                    if nodes.intersection(cpu) or nodes.intersection(mem)]
+        # The guests not reached keep their place and speed: their share
+        # of the aggregates is today's, summed once.
+        rest = self._aggregates({}, base=self._base)
+        for name in reached:
+            cpu0, mem0 = self.now[name]
+            self._add(rest, name, cpu0, mem0, 1.0, sign=-1.0)
+        moving = {name: placement[name] for name in reached}
         # First at today's traffic, then with the traffic the predicted
         # speeds bring (damped: faster guests load the controllers more).
-        ratios = self._ratios(reached, placement, None)
+        ratios = self._ratios(reached, moving, None, rest)
         for _ in range(iterations):
-            new = self._ratios(reached, placement, ratios)
+            new = self._ratios(reached, moving, ratios, rest)
+            step = max((abs(new[name] - ratios[name]) for name in reached),
+                       default=0.0)
             ratios = {name: 0.5 * ratios[name] + 0.5 * new[name]
                       for name in reached}
+            if step < CONVERGED:
+                break
         return ratios
 
-    def _ratios(self, reached, placement, speeds) -> dict:
-        agg = self._aggregates(placement, speeds)
+    def _ratios(self, reached, placement, speeds, rest) -> dict:
+        agg = self._aggregates(placement, speeds, base=rest)
         out = {}
         for name in reached:
             now = self._speed_now[name]

@@ -551,6 +551,25 @@ class TestContained(OptimizerTestCase):
         self.assertEqual(2, log.debug.call_count)
 
 
+class TestBudget(OptimizerTestCase):
+
+    def test_a_pass_stops_at_its_budget_and_the_next_goes_on(self):
+        for name in ('a', 'b', 'c'):
+            self.remote(name)
+        agent = self.start()
+        opt = agent.optimizer
+        with mock.patch.object(optimizer, 'PREDICTIONS', 1):
+            first = opt.plan(self.clock.now)
+            second = opt.plan(self.clock.now)
+        self.assertEqual(2, opt.counts['budget'])
+        # Each pass reached one guest, a different one.
+        self.assertEqual(1, len(first))
+        self.assertEqual(1, len(second))
+        self.assertNotEqual(first[0].guest, second[0].guest)
+        # Without the limit one pass plans more than one move.
+        self.assertGreater(len(opt.plan(self.clock.now)), 1)
+
+
 class TestJudge(OptimizerTestCase):
     """The placer's plans in predicted time."""
 
@@ -700,6 +719,10 @@ class TestEnforcement(OptimizerTestCase):
                    optimize_interval=1)
         self.remote('a')
         agent = self.start(cycles=6)
+        self.assertEqual({}, self.hv.pins)
+        # Advice comes once a minute, whatever optimize_interval says.
+        self.assertEqual(0, agent.optimizer.status()['advised'])
+        self.sample(agent, int(optimizer.ADVICE_INTERVAL))
         self.assertEqual({}, self.hv.pins)
         self.assertEqual(1, agent.optimizer.status()['advised'])
 
