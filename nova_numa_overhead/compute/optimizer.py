@@ -300,6 +300,16 @@ class Optimizer:
                     near = sorted((n for n in nodes if n != seed),
                                   key=lambda n: (dist[seed][n], n))
                     sets.append(tuple(sorted([seed] + near[:k - 1])))
+        if nova_cpus:
+            # The vCPUs are pinned to Nova's CPUs of the set: a set with
+            # fewer of them than the guest has vCPUs (and the nodes have
+            # threads) would crowd it more than the model assumes.
+            def usable(nodes):
+                cpus = sum(len(nova_cpus.intersection(
+                    topology.nodes[n].cpus)) for n in nodes)
+                threads = sum(int(model.threads[n]) for n in nodes)
+                return cpus >= min(domain.vcpus, threads)
+            sets = [nodes for nodes in sets if usable(nodes)]
         return sorted(set(sets))
 
     def plan(self, now: float) -> list:

@@ -352,11 +352,11 @@ class OverheadAware(Policy):
     """
 
     name = 'overhead-aware'
-    overrides: dict = {}
+    overrides: tuple = ()          # (option, value) pairs
 
     def attach(self, hv, scenario=None):
         super().attach(hv, scenario)
-        self.conf = production_conf(self.overrides)
+        self.conf = production_conf(dict(self.overrides))
         opts = self.conf.numa_overhead_agent
         self.sample = max(1, int(opts.sample_interval))
         self.rebalance_every = int(opts.rebalance_interval)
@@ -391,7 +391,7 @@ class PaperMethod(OverheadAware):
     """
 
     name = 'liu-li'
-    overrides = {'optimize': False}
+    overrides = (('optimize', False),)
 
 
 def production_conf(overrides=None):

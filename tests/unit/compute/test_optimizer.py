@@ -206,6 +206,19 @@ class TestPlan(OptimizerTestCase):
         [load] = agent.optimizer.loads()
         self.assertAlmostEqual(3000.0, load.traffic_mbps)
 
+    def test_no_node_with_fewer_of_novas_cpus_than_vcpus(self):
+        # Nova allows it all of node 0's CPUs and two of node 1's: node 1
+        # alone would pin its four vCPUs to two CPUs.
+        self.hv.add('a', {1: 4 * GIB}, vcpu_node=0, vcpus=4)
+        self.hv.guests['a'] = dataclasses.replace(
+            self.hv.guests['a'], nova_cpus=NODE0_CPUS + (8, 9))
+        agent = self.start()
+        sets = agent.optimizer.candidates(agent.domains['a'],
+                                          agent.optimizer.host_model())
+        self.assertIn((0,), sets)
+        self.assertNotIn((1,), sets)
+        self.assertIn((0, 1), sets)
+
     def test_nothing_to_plan_before_guests_are_measured(self):
         self.remote()
         agent = self.start(cycles=2)
