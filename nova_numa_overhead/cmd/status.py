@@ -132,9 +132,8 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
         # Domain name -> what happened to its perf events.
         self.perf = {}
         self._enabled = []
-        # Memory-bandwidth reads (resctrl): how many, the guests the last
-        # one answered for, and why the last one failed.
-        self.bandwidth_reads = 0
+        # Memory-bandwidth reads (resctrl): the guests the last one
+        # answered for, and why the last one failed.
         self.monitored = set()
         self.bandwidth_error = None
 
@@ -173,7 +172,6 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
 
     def memory_bandwidth(self, domains):
         """Read through, remembering which guests have a monitor."""
-        self.bandwidth_reads += 1
         read = getattr(self.hv, 'memory_bandwidth', None)
         answer = {}
         try:
@@ -363,16 +361,10 @@ def collect(conf, uri: str, samples: int = 2, interval: float = 1.0,
             for i in range(samples):
                 if i:
                     sleep(interval)
-                reads = hv.bandwidth_reads
                 if not agent.cycle():
                     raise hv_mod.HypervisorUnavailable(
                         str(hv.last_error or
                             'lost the connection to %s' % uri))
-                if hv.bandwidth_reads == reads:
-                    # An agent whose cycle does not read memory bandwidth:
-                    # read it here, into the same collector.
-                    agent.collector.measure_bandwidth(
-                        hv, list(agent.domains.values()), clock())
         finally:
             left_on = hv.restore_counters()
         decisions = {}

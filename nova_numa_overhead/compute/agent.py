@@ -872,16 +872,23 @@ class Agent:
 
     # -- rebalancing --------------------------------------------------------
 
+    def rebalanced(self, name: str, domain) -> bool:
+        """Whether the agent may move ``name`` after its placement (the
+        rebalancer, the optimizer): managed, its flavor allows it, not
+        being live-migrated.
+        """
+        if name in self.migrating:
+            return False
+        policy, _ = placer_mod.guest_policy(
+            domain, self.opts.managed_guests,
+            self.conf.numa_overhead.default_policy,
+            self.conf.numa_overhead.default_max_nodes)
+        return policy is not None and policy.rebalance
+
     def managed_guests(self) -> list:
         views = []
         for name, domain in self.domains.items():
-            if name in self.migrating:
-                continue
-            policy, _ = placer_mod.guest_policy(
-                domain, self.opts.managed_guests,
-                self.conf.numa_overhead.default_policy,
-                self.conf.numa_overhead.default_max_nodes)
-            if policy is None or not policy.rebalance:
+            if not self.rebalanced(name, domain):
                 continue
             if self.restrictions.get(name, ((), ()))[1]:
                 # Its vCPUs were placed with its memory (the optimizer):

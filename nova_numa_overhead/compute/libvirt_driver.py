@@ -754,6 +754,16 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
                 dom.setPerfEvents(dict.fromkeys(on, False),
                                   libvirt.VIR_DOMAIN_AFFECT_LIVE)
 
+    def _lookup_all(self, domains) -> list:
+        """The libvirt domains of ``domains``, those gone left out."""
+        doms = []
+        for domain in domains:
+            try:
+                doms.append(self._lookup(domain))
+            except hypervisor.DomainGone:
+                continue
+        return doms
+
     def counters(self, domains) -> dict:
         """Perf counters of the domains that have them.
 
@@ -761,12 +771,7 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         host does not support (often stalled cycles) reads as 0.
         """
         conn = self._connection()
-        doms = []
-        for domain in domains:
-            try:
-                doms.append(self._lookup(domain))
-            except hypervisor.DomainGone:
-                continue
+        doms = self._lookup_all(domains)
         if not doms:
             return {}
         with self._errors('domain stats'):
@@ -822,12 +827,7 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         topology = self.topology()
         nodes = monitor_nodes(self._l3_banks, topology)
         conn = self._connection()
-        doms = []
-        for domain in domains:
-            try:
-                doms.append(self._lookup(domain))
-            except hypervisor.DomainGone:
-                continue
+        doms = self._lookup_all(domains)
         if not doms:
             return {}
         with self._errors('memory bandwidth stats'):

@@ -215,17 +215,19 @@ class Optimizer:
         return actions
 
     def host_model(self) -> cost.HostModel:
+        """The cost model's view of the host: topology, the probe's
+        matrix where there is one, ``node_bandwidth_mbps``.
+        """
         agent = self.agent
         topology = agent.topology
         matrix = agent.estimator_topology
         return cost.HostModel.build(
             cpus=[len(n.cpus) for n in topology.nodes],
-            cores=[getattr(n, 'cores', None) or len(n.cpus)
-                   for n in topology.nodes],
+            cores=[n.cores or len(n.cpus) for n in topology.nodes],
             distances=topology.distances,
             bandwidth_mbps=self.opts.node_bandwidth_mbps,
-            latency_ns=getattr(matrix, 'latency_ns', None),
-            matrix_mbps=getattr(matrix, 'bandwidth_mbps', None))
+            latency_ns=matrix.latency_ns,
+            matrix_mbps=matrix.bandwidth_mbps)
 
     def loads(self) -> list:
         """What every measured guest does now (pinned ones included: they
@@ -233,10 +235,10 @@ class Optimizer:
         """
         out = []
         windows = self.agent.collector.windows
+        size = self.agent.topology.size
         for name, state in self.agent.collector.guests.items():
             domain = self.agent.domains.get(name)
             mean = self._mean(name, last=min(3, self.opts.loop_window))
-            size = self.agent.topology.size
             # A node the topology does not know (hot-added since): left
             # out of the model, not a failure of the pass.
             cpu = {n: f for n, f in state.cpu.items() if 0 <= n < size}
@@ -249,7 +251,7 @@ class Optimizer:
             stall = None
             if metrics is not None and metrics.cycle_loss > 0:
                 stall = metrics.cycle_loss
-            bandwidth = getattr(state, 'bandwidth', None)
+            bandwidth = state.bandwidth
             measured = sum(total for _local, total in bandwidth.values()) \
                 / 1e6 if bandwidth else None
             out.append(cost.GuestLoad(
@@ -265,13 +267,7 @@ class Optimizer:
         agent = self.agent
         out = []
         for name, domain in agent.domains.items():
-            if name in agent.migrating or name in self.checks:
-                continue
-            policy, _ = placer_mod.guest_policy(
-                domain, agent.opts.managed_guests,
-                agent.conf.numa_overhead.default_policy,
-                agent.conf.numa_overhead.default_max_nodes)
-            if policy is None or not policy.rebalance:
+            if name in self.checks or not agent.rebalanced(name, domain):
                 continue
             if self.backoff.get(name, (0, 0.0))[1] > now or \
                     self.held.get(name, 0.0) > now:

@@ -43,7 +43,6 @@ misjudged.
 """
 
 import dataclasses
-import math
 
 SMT_YIELD = 0.3          # a second hardware thread: +30% of a core
 LLC_VCPUS_PER_CORE = 0.4  # memory-intensive working sets an LLC holds
@@ -378,10 +377,3 @@ def moved_fraction(before: dict, after: dict) -> float:
     ``after`` (both node -> fraction).
     """
     return sum(max(0.0, f - after.get(n, 0.0)) for n, f in before.items())
-
-
-def geomean(values) -> float:
-    values = [v for v in values if v > 0]
-    if not values:
-        return 0.0
-    return math.exp(sum(math.log(v) for v in values) / len(values))

@@ -595,8 +595,7 @@ class TestReadOnlyHypervisor(base.TestCase):
         hv.memory_bandwidth = lambda domains: {'a': {0: (1, 2)}}
         self.assertEqual({'a': {0: (1, 2)}},
                          ro.memory_bandwidth(hv.domains()))
-        self.assertEqual(({'a'}, 2, None), (ro.monitored, ro.bandwidth_reads,
-                                            ro.bandwidth_error))
+        self.assertEqual(({'a'}, None), (ro.monitored, ro.bandwidth_error))
         hv.memory_bandwidth = lambda domains: {}['boom']
         self.assertRaises(KeyError, ro.memory_bandwidth, hv.domains())
         self.assertEqual((set(), "'boom'"), (ro.monitored,

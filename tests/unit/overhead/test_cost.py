@@ -276,13 +276,3 @@ class TestHelpers(testtools.TestCase):
         self.assertEqual(0.0, cost.moved_fraction({0: 0.5, 1: 0.5},
                                                   {1: 0.5, 0: 0.5}))
         self.assertEqual(0.0, cost.moved_fraction({}, {0: 1.0}))
-
-    def test_geomean(self):
-        self.assertAlmostEqual(2.0, cost.geomean([1.0, 4.0]))
-        self.assertAlmostEqual(4.0, cost.geomean([2.0, 8.0]))
-        self.assertAlmostEqual(3.0, cost.geomean([3.0]))
-
-    def test_geomean_ignores_what_is_not_positive(self):
-        self.assertAlmostEqual(4.0, cost.geomean([0.0, -1.0, 4.0]))
-        self.assertEqual(0.0, cost.geomean([]))
-        self.assertEqual(0.0, cost.geomean([0.0, -2.0]))
