@@ -499,6 +499,11 @@ def _guest(conf, agent, name: str, decision, size: int, hv) -> dict:
         'last_action': recorded.action if recorded else None,
         'last_outcome': recorded.outcome if recorded else None,
         'last_at': recorded.at if recorded else None,
+        # The optimizer's moves of it on the recording host, and their
+        # verdicts after its closed loop.
+        'optimizer': {'moved': recorded.moved if recorded else 0,
+                      'kept': recorded.kept if recorded else 0,
+                      'undone': recorded.undone if recorded else 0},
         # Another host's record: the guest came by live migration.
         'recorded_on': recorded.host if recorded else None,
         'recorded_elsewhere': bool(recorded and recorded.host != agent.host),
@@ -557,8 +562,29 @@ def _status(conf, agent, uri, samples, interval, decisions, moves,
              'reason': m.reason} for m in moves],
         'report': report.to_dict() if report is not None else None,
         'sources': _sources(agent, hv),
+        'optimizer': _optimizer(conf, enforcement, guest_list, agent.host),
         'notes': _notes(guest_list, left_on),
     }
+
+
+def _optimizer(conf, enforcement: str, guests: list, host: str) -> dict:
+    """The running agent's optimizer: on or off, and its moves of the
+    guests here now with their verdicts, from the guests' records.
+    """
+    opts = conf.numa_overhead_agent
+    mine = [g for g in guests if g['recorded_on'] == host]
+    from nova_numa_overhead.compute import placer as placer_mod
+    if not opts.optimize or enforcement == 'off':
+        mode = 'off'
+    elif enforcement in (placer_mod.NODESET, placer_mod.PAGES):
+        mode = 'moves'
+    else:
+        mode = 'advises'
+    out = {'mode': mode}
+    for key in ('moved', 'kept', 'undone'):
+        out[key] = sum(g['optimizer'][key] for g in mine)
+    out['guests'] = sum(1 for g in mine if g['optimizer']['moved'])
+    return out
 
 
 def _notes(guests: list, left_on) -> list:
@@ -672,6 +698,7 @@ def render(status: dict) -> str:
                            '%g' % t for t in thresholds[name]))
                            for name in ('llc', 'mc', 'inter', 'rml'))))
     lines += _wrap(_sources_text(status['sources']))
+    lines += _wrap(_optimizer_text(status['optimizer']))
     lines.append('')
     lines.append('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS  LLC  VALUE   '
                  'MC  VALUE  LOCAL')
@@ -722,6 +749,21 @@ def render(status: dict) -> str:
 
 def _guests(count: int) -> str:
     return '%d guest%s' % (count, '' if count == 1 else 's')
+
+
+def _optimizer_text(optimizer: dict) -> str:
+    text = {'off': 'Optimizer: off.',
+            'moves': 'Optimizer: moves guests.',
+            'advises': 'Optimizer: advises only (enforcement advisory).'}[
+                optimizer['mode']]
+    if optimizer['moved']:
+        text += (' It moved %s here now %d times: %d kept and %d undone '
+                 'after its closed loop, the rest not judged (yet).' % (
+                     _guests(optimizer['guests']), optimizer['moved'],
+                     optimizer['kept'], optimizer['undone']))
+    else:
+        text += ' It has moved none of the guests here now.'
+    return text
 
 
 def _sources_text(sources: dict) -> str:
@@ -800,6 +842,10 @@ def _last_text(guest: dict) -> str:
                              guest['last_outcome'] or '-')
     if guest['recorded_elsewhere']:
         text += ' (on %s)' % guest['recorded_on']
+    counts = guest['optimizer']
+    if counts['moved']:
+        text += '; optimizer moves %d (kept %d, undone %d)' % (
+            counts['moved'], counts['kept'], counts['undone'])
     return text
 
 

@@ -398,6 +398,7 @@ class Agent:
             if recorded.action:
                 self.outcomes[name] = Outcome(recorded.action,
                                               recorded.outcome, recorded.at)
+            self.optimizer.resume(name, recorded)
         self.restrictions[name] = restriction
         if not self.enforcing or domain.pinned or domain.metadata_error:
             return
@@ -441,12 +442,14 @@ class Agent:
         name = domain.name
         nodes, cpus = self.restrictions.get(name, ((), ()))
         last = self.outcomes.get(name)
+        counts = self.optimizer.guest_counts(name)
         recorded = hv_mod.Recorded(
             host=self.host, nova_nodes=self.nova_allowed.get(name, ()),
             nova_cpus=self.nova_cpus.get(name, ()), nodes=nodes, cpus=cpus,
             action=last.action if last else '',
             outcome=last.outcome if last else '',
-            at=last.at if last else '')
+            at=last.at if last else '', moved=counts['moved'],
+            kept=counts['kept'], undone=counts['undone'])
         error = None
         try:
             self.hv.record(domain, recorded)

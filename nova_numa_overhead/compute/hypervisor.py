@@ -75,9 +75,11 @@ class Recorded:
     status``: what Nova allowed the guest, recorded before the agent
     changed anything (``nova_nodes``, ``nova_cpus``; () = every node or
     CPU), the agent's restriction now (``nodes``, ``cpus``; () = none),
-    its last action with its outcome and time (ISO 8601, UTC), and the
-    host it wrote this on: a guest that came by live migration carries
-    its source's record.
+    its last action with its outcome and time (ISO 8601, UTC), the
+    optimizer's moves of it and their verdicts (``moved``, ``kept``,
+    ``undone``: counts since it came to this host), and the host it wrote
+    this on: a guest that came by live migration carries its source's
+    record.
     """
 
     host: str
@@ -88,6 +90,9 @@ class Recorded:
     action: str = ''
     outcome: str = ''
     at: str = ''
+    moved: int = 0
+    kept: int = 0
+    undone: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -327,7 +327,21 @@ def format_recorded(recorded: hypervisor.Recorded) -> str:
     ElementTree.SubElement(root, 'last', {'action': recorded.action,
                                           'outcome': recorded.outcome,
                                           'at': recorded.at})
+    if recorded.moved or recorded.kept or recorded.undone:
+        ElementTree.SubElement(root, 'optimizer', {
+            'moved': str(recorded.moved), 'kept': str(recorded.kept),
+            'undone': str(recorded.undone)})
     return ElementTree.tostring(root, encoding='unicode')
+
+
+def _count(attrib, key) -> int:
+    """A count from the agent's metadata (0 when missing or unreadable:
+    the counts are an account, not state the agent acts on).
+    """
+    try:
+        return max(int(attrib.get(key, 0)), 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def parse_recorded(element) -> hypervisor.Recorded | None:
@@ -351,10 +365,14 @@ def parse_recorded(element) -> hypervisor.Recorded | None:
         return None
     last = element.find(ns + 'last')
     last = last.attrib if last is not None else {}
+    counts = element.find(ns + 'optimizer')
+    counts = counts.attrib if counts is not None else {}
     return hypervisor.Recorded(
         host=host, nova_nodes=nova_nodes, nova_cpus=nova_cpus, nodes=nodes,
         cpus=cpus, action=last.get('action', ''),
-        outcome=last.get('outcome', ''), at=last.get('at', ''))
+        outcome=last.get('outcome', ''), at=last.get('at', ''),
+        moved=_count(counts, 'moved'), kept=_count(counts, 'kept'),
+        undone=_count(counts, 'undone'))
 
 
 def parse_domain(xml: str, name: str = '', uuid: str = '',

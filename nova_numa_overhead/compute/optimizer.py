@@ -38,9 +38,10 @@ sum of their relative changes is below ``-undo_threshold``, when those
 nodes run fewer instructions per second in all by more than
 ``undo_threshold``, or when the guest itself lost more than
 ``WORST_FACTOR`` times it. Moves, verdicts and undos are log lines and
-notifications (advice and refusals are log lines only), and counts in
-:meth:`Optimizer.status`: in the simulator's JSON; a running agent keeps
-them in memory only.
+notifications (advice and refusals are log lines only), and counts: per
+guest (moved, kept, undone) in its metadata record, which ``status``
+sums over the guests of the host; all of them in :meth:`Optimizer.status`
+(the simulator's JSON).
 """
 
 import collections
@@ -129,6 +130,9 @@ class Optimizer:
         self.held: dict = {}          # name -> not before
         self.advised: dict = {}       # name -> the advice last logged
         self.counts = collections.Counter()
+        # name -> its moves and verdicts (kept in its metadata record, so
+        # that they outlive the agent and show in ``status``).
+        self.per_guest: dict = {}
         self.next_pass = None
         # How far the model's predictions came true on this host (the
         # verdicts' net change / the predicted gain, smoothed): predicted
@@ -149,6 +153,9 @@ class Optimizer:
         for table in (self.checks, self.backoff, self.held, self.advised):
             for name in [n for n in table if n not in guests]:
                 del table[name]
+        for name in [n for n in self.per_guest
+                     if n not in self.agent.domains]:
+            del self.per_guest[name]
         for name, state in guests.items():
             if state.delta is None or state.seconds <= 0 or \
                     state.last_time != now:
@@ -159,6 +166,20 @@ class Optimizer:
                 name, collections.deque(maxlen=HISTORY))
             rates.append(Rates(now, instructions / s, cycles / s, refs / s,
                                misses / s))
+
+    def resume(self, name, recorded) -> None:
+        """A guest's counts from the record this host's agent wrote."""
+        self.per_guest[name] = collections.Counter(
+            moved=recorded.moved, kept=recorded.kept, undone=recorded.undone)
+
+    def guest_counts(self, name) -> dict:
+        """The optimizer's moves of ``name`` and their verdicts."""
+        counts = self.per_guest.get(name, {})
+        return {k: counts.get(k, 0) for k in ('moved', 'kept', 'undone')}
+
+    def _count(self, name, what) -> None:
+        self.counts[what] += 1
+        self.per_guest.setdefault(name, collections.Counter())[what] += 1
 
     def _mean(self, name, since=None, last=None) -> Rates | None:
         rates = [r for r in self.history.get(name, ())
@@ -522,11 +543,11 @@ class Optimizer:
         agent.restrictions[action.guest] = (
             tuple(nodes) if nodes else tuple(previous[0]),
             tuple(action.cpus))
+        self._count(action.guest, 'moved')
         agent.record(action.guest, 'optimized',
                      'ok: %s to nodes %s: %s'
                      % (what, _text(action.nodes), reason))
         agent._write_record(domain)
-        self.counts['moved'] += 1
         settle = now + action.moved_mb / self._rate() + 1.0
         if before is not None:
             self.checks[action.guest] = Check(
@@ -639,7 +660,7 @@ class Optimizer:
                          TRUST_WEIGHT * came_true)
 
     def _keep(self, check, own, hood, now) -> None:
-        self.counts['kept'] += 1
+        self._count(check.guest, 'kept')
         undos, _until = self.backoff.get(check.guest, (0, 0.0))
         if undos:
             self.backoff[check.guest] = (max(0, undos - 1), 0.0)
@@ -683,7 +704,7 @@ class Optimizer:
             self.counts['undo_failed'] += 1
             return False
         agent.restrictions[check.guest] = restored[0]
-        self.counts['undone'] += 1
+        self._count(check.guest, 'undone')
         agent.record(check.guest, 'undone',
                      'ok: back where it ran: %s; left alone %d s' % (
                          text, wait))

@@ -17,6 +17,7 @@ where the API promises bytes, so free memory reads 2 and 4 MiB.
 """
 
 import argparse
+import collections
 import dataclasses
 import io
 import json
@@ -210,6 +211,48 @@ class TestOnLibvirt(StatusTestCase):
         self.assertIn('agent restricts to nothing', out)
         self.assertIn('last restricted at ', out)
         self.assertIn('last no action recorded by the agent', out)
+        self.assertIn('Optimizer: advises only (enforcement advisory). It '
+                      'has moved none of the guests here now.', out)
+
+    def test_optimizer_moves_and_verdicts(self):
+        # The running agent's optimizer moved the floating guest three
+        # times; its closed loop kept one move and undid one.
+        from nova_numa_overhead.compute import agent as agent_mod
+        from nova_numa_overhead.compute import libvirt_driver
+        from tests.unit.compute import test_agent
+        self.flags(group='numa_overhead_agent', enforcement='nodeset')
+        hv = libvirt_driver.LibvirtHypervisor(URI)
+        self.addCleanup(hv.close)
+        agent = agent_mod.Agent(self.conf, hv, test_agent.FakePublisher(),
+                                'cmp-status')
+        agent.cycle()
+        name = self.floating.name()
+        agent.optimizer.per_guest[name] = collections.Counter(
+            moved=3, kept=1, undone=1)
+        agent._write_record(agent.domains[name])
+        conf = self.write_conf('[DEFAULT]\nhost = cmp-status\n'
+                               '[numa_overhead_agent]\n'
+                               'enforcement = pages\n')
+        rc = self.run_status('--connect', URI, '--format', 'json',
+                             '--sample', '0', '--config-file', conf)
+        self.assertEqual(0, rc, self.stderr.getvalue())
+        data = json.loads(self.stdout.getvalue())
+        guests = {g['name']: g for g in data['guests']}
+        self.assertEqual({'moved': 3, 'kept': 1, 'undone': 1},
+                         guests[name]['optimizer'])
+        self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0},
+                         guests[self.pinned.name()]['optimizer'])
+        self.assertEqual({'mode': 'moves', 'moved': 3, 'kept': 1,
+                          'undone': 1, 'guests': 1}, data['optimizer'])
+        self.stdout.seek(0)
+        self.stdout.truncate()
+        self.assertEqual(0, self.run_status('--connect', URI, '--sample',
+                                            '0', '--config-file', conf))
+        out = ' '.join(self.stdout.getvalue().split())
+        self.assertIn('Optimizer: moves guests. It moved 1 guest here now 3 '
+                      'times: 1 kept and 1 undone after its closed loop, the '
+                      'rest not judged (yet).', out)
+        self.assertIn('optimizer moves 3 (kept 1, undone 1)', out)
 
     def test_config_file_and_nothing_changes(self):
         before = self.floating.numaParameters()

@@ -231,7 +231,7 @@ class TestParsing(base.TestCase):
         recorded = hypervisor.Recorded(
             host='cmp-1', nova_nodes=(), nova_cpus=(0, 1, 2, 3, 6),
             nodes=(1,), cpus=(), action='moved', outcome='ok: <1 MiB> & "x"',
-            at='2026-11-23T15:00:00Z')
+            at='2026-11-23T15:00:00Z', moved=3, kept=1, undone=2)
         element = libvirt_driver.format_recorded(recorded)
         xml = xml.replace('</metadata>', element.replace(
             '<agent ', '<numa-overhead:agent xmlns:numa-overhead="%s" '
@@ -239,8 +239,13 @@ class TestParsing(base.TestCase):
             '</agent>', '</numa-overhead:agent>').replace(
             '<nova ', '<numa-overhead:nova ').replace(
             '<restriction ', '<numa-overhead:restriction ').replace(
-            '<last ', '<numa-overhead:last ') + '</metadata>')
+            '<last ', '<numa-overhead:last ').replace(
+            '<optimizer ', '<numa-overhead:optimizer ') + '</metadata>')
         self.assertEqual(recorded, libvirt_driver.parse_domain(xml).recorded)
+        # Unreadable counts are an account lost, not the record.
+        odd = libvirt_driver.parse_domain(xml.replace('kept="1"',
+                                                      'kept="many"'))
+        self.assertEqual(dataclasses.replace(recorded, kept=0), odd.recorded)
         broken = xml.replace('nodes="1"', 'nodes="x"')
         info = libvirt_driver.parse_domain(broken)
         self.assertIsNone(info.recorded)

@@ -384,6 +384,25 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual(['a'], [d.name for d in
                                  opt.movable(end + optimizer.HOLD)])
 
+    def test_moves_and_verdicts_are_in_the_guests_record(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        recorded = self.hv.recorded['a']
+        self.assertEqual((1, 0, 0), (recorded.moved, recorded.kept,
+                                     recorded.undone))
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        opt.verdicts(end)
+        recorded = self.hv.recorded['a']
+        self.assertEqual((1, 0, 1), (recorded.moved, recorded.kept,
+                                     recorded.undone))
+        self.assertEqual({'moved': 1, 'kept': 0, 'undone': 1},
+                         opt.guest_counts('a'))
+        # A restarted agent goes on from the record.
+        again = self.start()
+        self.assertEqual({'moved': 1, 'kept': 0, 'undone': 1},
+                         again.optimizer.guest_counts('a'))
+        self.assertEqual(0, again.optimizer.counts['moved'])
+
     def test_loss_within_the_threshold_is_kept(self):
         agent, now = self.moved()
         opt = agent.optimizer
