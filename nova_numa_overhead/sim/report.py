@@ -134,6 +134,13 @@ def summary(scenario, results: dict) -> dict:
                 results[DEFAULT].mean / results[best].mean - 1.0) \
                 if results[best].mean else None
         data['worst_guest'] = ours['worst_guest']
+        fair = oracle.extra.get('fair_mean') if oracle else None
+        if fair and oracle.mean:
+            # How much of the oracle a placement that harms no guest
+            # reaches (sim.oracle's fair oracle), and ours of that.
+            data['fair_of_oracle'] = _r(min(fair / oracle.mean, 1.0))
+            data['fraction_of_fair_oracle'] = _r(results[DEFAULT].mean /
+                                                 fair)
         if 'decisions' in results[DEFAULT].extra:
             data['agent'] = dict(results[DEFAULT].extra)
     return data
@@ -187,6 +194,11 @@ def table(data: dict) -> str:
             tail += ', %.1f%% of the oracle (%s)' % (
                 100 * data['fraction_of_oracle'],
                 data.get('oracle', {}).get('kind', ''))
+        if data.get('fair_of_oracle'):
+            tail += (';\n  the best placement known that keeps every guest '
+                     'at >= 0.90x reaches\n  %.1f%% of the oracle; ours is '
+                     '%.1f%% of it' % (100 * data['fair_of_oracle'],
+                                       100 * data['fraction_of_fair_oracle']))
         lines.append(tail)
     return '\n'.join(lines)
 

@@ -19,6 +19,11 @@
 
 :func:`broken` reads one scenario's row of ``simulate --all`` or
 ``--sweep`` JSON (:func:`nova_numa_overhead.sim.report.summary`).
+
+:func:`unattainable` says where no placement the oracle's search knows
+keeps the guest rule and reaches the oracle floor: the fair oracle (every
+guest at >= 0.90x, :mod:`nova_numa_overhead.sim.oracle`) is below the
+oracle rule's floor there, so any policy breaks ``guest`` or ``oracle``.
 """
 
 HARM = 0.99
@@ -62,3 +67,14 @@ def table(rows) -> dict:
         if rules:
             out[row['name']] = rules
     return out
+
+
+def unattainable(row: dict) -> bool:
+    """Whether the guest and oracle rules cannot both hold in this row, as
+    far as the fair oracle's search knows (a best-known bound).
+    """
+    fair = row.get('fair_of_oracle')
+    if fair is None:
+        return False
+    floor = ORACLE_PAPER if row['name'].startswith(PAPER) else ORACLE
+    return fair < floor

@@ -106,3 +106,43 @@ class TestOracleBound(testtools.TestCase):
                                 for n in guests})
         value, _, _ = problem.evaluate(placed[0][None], placed[1][None])
         self.assertEqual(float('-inf'), value[0])
+
+
+class TestFairOracle(testtools.TestCase):
+    """The fair oracle: the best placement known that keeps every guest at
+    FAIR_FLOOR of its Nova-default throughput.
+    """
+
+    def test_keeps_every_guest_and_is_no_worse_than_nova(self):
+        for k in range(40):
+            s = small_scenario(k)
+            results = runner.run(s)
+            timeline = runner.Timeline(s)
+            fair = oracle.fair_oracle(s, timeline, results)
+            nova = results['nova-default'].throughput
+            for guest, value in fair.items():
+                self.assertGreaterEqual(
+                    value, oracle.FAIR_FLOOR * nova[guest] - 1e-3,
+                    '%s below the floor on %s' % (guest, s.name))
+            extra = results['oracle'].extra
+            mean = sum(fair.values()) / len(fair)
+            self.assertAlmostEqual(mean, extra['fair_mean'], places=9)
+            self.assertGreaterEqual(extra['fair_worst_guest'],
+                                    oracle.FAIR_FLOOR - 1e-3)
+            # Nova's own placements are among its starts.
+            self.assertGreaterEqual(mean, results['nova-default'].mean *
+                                    0.99, s.name)
+
+    def test_oracle_unchanged_by_it(self):
+        s = small_scenario(3)
+        results = runner.run(s)
+        without = dict(results)
+        del without['oracle']
+        base = without.pop('nova-default')
+        # Without Nova's default there is no floor, and no fair oracle;
+        # the oracle's own search is the same.
+        again = oracle.oracle(s, runner.Timeline(s), dict(
+            without, **{'nova-default': base}))
+        self.assertEqual(results['oracle'].throughput, again.throughput)
+        alone = oracle.oracle(s, runner.Timeline(s), without)
+        self.assertNotIn('fair_mean', alone.extra)
