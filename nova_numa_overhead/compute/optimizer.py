@@ -116,6 +116,8 @@ class Action:
     moved_mb: float
     predicted: tuple          # (cpu, memory): node -> fraction
     with_memory: bool = True  # False: vCPUs alone, pages stay
+    # name -> predicted speed after / before, for the guests it reaches
+    effects: dict = dataclasses.field(default_factory=dict)
 
 
 class Optimizer:
@@ -133,6 +135,9 @@ class Optimizer:
         # name -> its moves and verdicts (kept in its metadata record, so
         # that they outlive the agent and show in ``status``).
         self.per_guest: dict = {}
+        # name -> the product of the speed changes the optimizer's moves
+        # were predicted to bring it since it came (``guest_floor``).
+        self.standing: dict = {}
         self.next_pass = None
         # How far the model's predictions came true on this host (the
         # verdicts' net change / the predicted gain, smoothed): predicted
@@ -153,9 +158,9 @@ class Optimizer:
         for table in (self.checks, self.backoff, self.held, self.advised):
             for name in [n for n in table if n not in guests]:
                 del table[name]
-        for name in [n for n in self.per_guest
-                     if n not in self.agent.domains]:
-            del self.per_guest[name]
+        for table in (self.per_guest, self.standing):
+            for name in [n for n in table if n not in self.agent.domains]:
+                del table[name]
         for name, state in guests.items():
             if state.delta is None or state.seconds <= 0 or \
                     state.last_time != now:
@@ -426,6 +431,10 @@ class Optimizer:
                 changes = dict(base_changes)
                 changes[name] = (target, memory)
                 ratios = model.predict(changes)
+                effects = {g: r / without.get(g, 1.0)
+                           for g, r in ratios.items()}
+                if self._below_floor(effects):
+                    continue
                 gain = self.trust * sum(r - without.get(g, 1.0)
                                         for g, r in ratios.items())
                 price = moved / rate * MOVE_COST
@@ -436,8 +445,18 @@ class Optimizer:
                 if best is None or score > best.gain - best.cost / horizon:
                     best = Action(name, nodes, self._cpus(domain, nodes),
                                   gain, price, moved, (target, memory),
-                                  with_memory)
+                                  with_memory, effects)
         return best
+
+    def _below_floor(self, effects) -> bool:
+        """Whether a move would leave a guest it slows below
+        ``guest_floor`` of its speed before the optimizer's moves (as
+        predicted).
+        """
+        floor = self.opts.guest_floor
+        return floor > 0 and any(
+            self.standing.get(g, 1.0) * e < floor
+            for g, e in effects.items() if e < 1.0)
 
     def judge(self, name, cpu, before, shares) -> str | None:
         """The placer's plan for ``name`` (memory ``before`` -> ``shares``,
@@ -544,6 +563,8 @@ class Optimizer:
             tuple(nodes) if nodes else tuple(previous[0]),
             tuple(action.cpus))
         self._count(action.guest, 'moved')
+        for name, effect in action.effects.items():
+            self.standing[name] = self.standing.get(name, 1.0) * effect
         agent.record(action.guest, 'optimized',
                      'ok: %s to nodes %s: %s'
                      % (what, _text(action.nodes), reason))

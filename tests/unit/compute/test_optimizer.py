@@ -105,6 +105,47 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual(0.0, action.cost)
         self.assertGreater(action.gain, 0.05)
 
+    def with_neighbour(self, floor):
+        """'a' could join 'b' (memory-intensive, not movable) on node 1;
+        node 0 has no room for its memory.
+        """
+        self.flags(group='numa_overhead_agent', guest_floor=floor)
+        self.remote()
+        self.hv.add('b', {1: 4 * GIB}, vcpu_node=1,
+                    extra_specs={'numa_overhead:rebalance': 'false'})
+        self.hv.add('c', {0: 60 * GIB}, vcpu_node=0, pinned=True)
+        agent = self.start()
+        return agent, agent.optimizer.plan(self.clock.now)
+
+    def test_a_move_that_slows_a_neighbour_is_made_without_a_floor(self):
+        agent, actions = self.with_neighbour(0.0)
+        self.assertEqual([('a', (1,))],
+                         [(a.guest, a.nodes) for a in actions])
+        effects = actions[0].effects
+        self.assertGreater(effects['a'], 1.0)
+        self.assertLess(effects['b'], 1.0)
+        # Once made, both guests' standing follows the prediction.
+        self.assertTrue(agent.optimizer.apply(actions[0], self.clock.now))
+        self.assertAlmostEqual(effects['b'], agent.optimizer.standing['b'])
+        self.assertAlmostEqual(effects['a'], agent.optimizer.standing['a'])
+
+    def test_no_move_that_slows_a_guest_below_the_floor(self):
+        agent, actions = self.with_neighbour(0.0)
+        floor = actions[0].effects['b'] + 0.001
+        agent, actions = self.with_neighbour(floor)
+        self.assertEqual([], [a for a in actions if a.nodes == (1,)])
+        # Slowed earlier by the optimizer, the floor comes sooner.
+        agent, _ = self.with_neighbour(0.0)
+        opt = agent.optimizer
+        effects = {'b': 0.97}
+        self.assertFalse(opt._below_floor(effects))
+        self.flags(group='numa_overhead_agent', guest_floor=0.9)
+        self.assertFalse(opt._below_floor(effects))
+        opt.standing['b'] = 0.92
+        self.assertTrue(opt._below_floor(effects))
+        # Gains never count against it.
+        self.assertFalse(opt._below_floor({'b': 1.5}))
+
     def test_memory_move_that_pays_back_is_planned(self):
         # Nova allows it node 0's CPUs only: its memory must come.
         self.remote(node0_cpus_only=True)
