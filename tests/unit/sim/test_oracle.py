@@ -133,16 +133,17 @@ class TestFairOracle(testtools.TestCase):
             self.assertGreaterEqual(mean, results['nova-default'].mean *
                                     0.99, s.name)
 
-    def test_oracle_unchanged_by_it(self):
-        s = small_scenario(3)
-        results = runner.run(s)
-        without = dict(results)
-        del without['oracle']
-        base = without.pop('nova-default')
-        # Without Nova's default there is no floor, and no fair oracle;
-        # the oracle's own search is the same.
-        again = oracle.oracle(s, runner.Timeline(s), dict(
-            without, **{'nova-default': base}))
-        self.assertEqual(results['oracle'].throughput, again.throughput)
-        alone = oracle.oracle(s, runner.Timeline(s), without)
-        self.assertNotIn('fair_mean', alone.extra)
+    def test_the_oracle_takes_what_the_fair_search_found(self):
+        for k in range(10):
+            s = small_scenario(k)
+            results = runner.run(s)
+            best = results['oracle']
+            # Never below the fair oracle: a placement it found is one
+            # the oracle may take.
+            self.assertLessEqual(best.extra['fair_mean'],
+                                 best.extra['search_mean'] + 1e-9, s.name)
+            without = {n: r for n, r in results.items()
+                       if n not in ('oracle', 'nova-default')}
+            alone = oracle.oracle(s, runner.Timeline(s), without)
+            # Without Nova's default: no floor, no fair oracle.
+            self.assertNotIn('fair_mean', alone.extra)
