@@ -568,13 +568,14 @@ def _status(conf, agent, uri, samples, interval, decisions, moves,
 
 
 def _optimizer(conf, enforcement: str, guests: list, host: str) -> dict:
-    """The running agent's optimizer: on or off, and its moves of the
-    guests here now with their verdicts, from the guests' records.
+    """The optimizer as the configuration given to ``status`` sets it
+    (moves, advises or off), and the running agent's moves of the guests
+    here now with their verdicts, from the guests' records.
     """
     opts = conf.numa_overhead_agent
     mine = [g for g in guests if g['recorded_on'] == host]
     from nova_numa_overhead.compute import placer as placer_mod
-    if not opts.optimize or enforcement == 'off':
+    if not opts.optimize or enforcement == placer_mod.OFF:
         mode = 'off'
     elif enforcement in (placer_mod.NODESET, placer_mod.PAGES):
         mode = 'moves'
@@ -757,10 +758,12 @@ def _optimizer_text(optimizer: dict) -> str:
             'advises': 'Optimizer: advises only (enforcement advisory).'}[
                 optimizer['mode']]
     if optimizer['moved']:
-        text += (' It moved %s here now %d times: %d kept and %d undone '
-                 'after its closed loop, the rest not judged (yet).' % (
-                     _guests(optimizer['guests']), optimizer['moved'],
-                     optimizer['kept'], optimizer['undone']))
+        moved = optimizer['moved']
+        text += (' It moved %s here now %d time%s: %d kept and %d undone '
+                 'after its closed loop, the rest not judged.' % (
+                     _guests(optimizer['guests']), moved,
+                     '' if moved == 1 else 's', optimizer['kept'],
+                     optimizer['undone']))
     else:
         text += ' It has moved none of the guests here now.'
     return text

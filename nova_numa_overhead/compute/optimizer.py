@@ -104,6 +104,8 @@ class Check:
     nodes: tuple
     moved_mb: float
     trust: float = 1.0        # the optimizer's trust when it chose it
+    # The predicted speed changes it brought (taken back by an undo).
+    effects: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -431,10 +433,12 @@ class Optimizer:
                 changes = dict(base_changes)
                 changes[name] = (target, memory)
                 ratios = model.predict(changes)
+                # The floor on the ratios to now: with the moves chosen
+                # earlier in this pass.
+                if self._below_floor(ratios):
+                    continue
                 effects = {g: r / without.get(g, 1.0)
                            for g, r in ratios.items()}
-                if self._below_floor(effects):
-                    continue
                 gain = self.trust * sum(r - without.get(g, 1.0)
                                         for g, r in ratios.items())
                 price = moved / rate * MOVE_COST
@@ -449,9 +453,9 @@ class Optimizer:
         return best
 
     def _below_floor(self, effects) -> bool:
-        """Whether a move would leave a guest it slows below
-        ``guest_floor`` of its speed before the optimizer's moves (as
-        predicted).
+        """Whether speed changes ``effects`` (name -> after / now) would
+        leave a guest they slow below ``guest_floor`` of its speed before
+        the optimizer's moves since the agent started (as predicted).
         """
         floor = self.opts.guest_floor
         return floor > 0 and any(
@@ -574,7 +578,7 @@ class Optimizer:
             self.checks[action.guest] = Check(
                 action.guest, now, settle, before.ips, neighbours, undo,
                 action.gain, tuple(action.nodes), action.moved_mb,
-                self.trust)
+                self.trust, dict(action.effects))
         else:
             # Nothing to judge it against: left alone until it settles.
             self.held[action.guest] = settle + HOLD
@@ -726,6 +730,10 @@ class Optimizer:
             return False
         agent.restrictions[check.guest] = restored[0]
         self._count(check.guest, 'undone')
+        for name, effect in check.effects.items():
+            # The move is taken back: so is what it was predicted to do.
+            if name in self.standing and effect > 0:
+                self.standing[name] /= effect
         agent.record(check.guest, 'undone',
                      'ok: back where it ran: %s; left alone %d s' % (
                          text, wait))

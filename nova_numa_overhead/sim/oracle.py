@@ -47,8 +47,11 @@ Nova's default in the segment (a shortfall costs ``FAIR_PENALTY`` times
 its weight): the best placement known that harms no guest the way the
 do-no-harm rule counts harm (:mod:`nova_numa_overhead.sim.rules`). Where
 it is far below the oracle, the oracle's mean comes from sacrificing
-guests and the rules asking for both cannot hold together, as far as the
-search knows (it is a best-known bound, not a proof). It takes no policy's
+guests, and the guest and oracle rules look incompatible. Evidence, not
+proof: the search is a heuristic (a better fair placement may exist), its
+floor holds per segment (stricter than the rule, which takes each guest's
+whole-run mean), and the penalty is soft (``fair_worst_guest`` says how
+well it held). It takes no policy's
 second as its own (those may break the floor) and uses its own random
 stream. Where the placement it found is better than the oracle's own
 search (the penalty leads the descent elsewhere), the oracle takes it:
@@ -63,6 +66,7 @@ import numpy
 from nova_numa_overhead.sim import model
 from nova_numa_overhead.sim import policies as policies_mod
 from nova_numa_overhead.sim import presets
+from nova_numa_overhead.sim import rules
 
 EXHAUSTIVE_LIMIT = 4096
 RANDOM_STARTS = 3
@@ -76,7 +80,7 @@ RANK_TOLERANCE = 1e-3
 BATCH = 512
 # The fair oracle: every guest at least this of its Nova-default
 # throughput (the do-no-harm rule's floor); a shortfall costs this much.
-FAIR_FLOOR = 0.90
+FAIR_FLOOR = rules.GUEST
 FAIR_PENALTY = 50.0
 EXHAUSTIVE = 'exhaustive'
 BEST_KNOWN = 'best-known'
@@ -430,6 +434,8 @@ def _fair_segment(scenario, timeline, segment, results, rng, nova) -> dict:
     """The fair oracle's per-guest throughput for one segment (``nova``:
     second -> Nova's default's per-guest throughput).
     """
+    # Nova's run records every second of the measured window, so every
+    # segment has its floors.
     seconds = [nova[t] for t in range(segment.start, segment.end + 1)
                if t in nova]
     floors = {g: sum(s.get(g, 0.0) for s in seconds) / len(seconds)

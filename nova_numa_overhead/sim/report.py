@@ -21,6 +21,7 @@ import json
 import sys
 
 from nova_numa_overhead.sim import policies as policies_mod
+from nova_numa_overhead.sim import rules
 
 LABELS = {
     'nova-default': 'nova', 'numad': 'numad', 'interleave': 'intlv',
@@ -195,9 +196,10 @@ def table(data: dict) -> str:
                 100 * data['fraction_of_oracle'],
                 data.get('oracle', {}).get('kind', ''))
         if data.get('fair_of_oracle'):
-            tail += (';\n  the best placement known that keeps every guest '
-                     'at >= 0.90x reaches\n  %.1f%% of the oracle; ours is '
-                     '%.1f%% of it' % (100 * data['fair_of_oracle'],
+            tail += (';\n  the best placement found that holds every guest '
+                     'at >= %.2fx reaches\n  %.1f%% of the oracle; ours is '
+                     '%.1f%% of it' % (rules.GUEST,
+                                       100 * data['fair_of_oracle'],
                                        100 * data['fraction_of_fair_oracle']))
         lines.append(tail)
     return '\n'.join(lines)

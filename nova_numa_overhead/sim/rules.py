@@ -20,10 +20,12 @@
 :func:`broken` reads one scenario's row of ``simulate --all`` or
 ``--sweep`` JSON (:func:`nova_numa_overhead.sim.report.summary`).
 
-:func:`unattainable` says where no placement the oracle's search knows
-keeps the guest rule and reaches the oracle floor: the fair oracle (every
-guest at >= 0.90x, :mod:`nova_numa_overhead.sim.oracle`) is below the
-oracle rule's floor there, so any policy breaks ``guest`` or ``oracle``.
+:func:`unattainable` says where the fair oracle (the oracle's search
+with every guest held at >= GUEST of its Nova-default throughput,
+:mod:`nova_numa_overhead.sim.oracle`) stays below the oracle rule's floor:
+the best placement known that keeps the guest rule misses the oracle rule
+there. The search being a heuristic, that is evidence that no policy can
+keep both, not proof.
 """
 
 HARM = 0.99
@@ -70,8 +72,9 @@ def table(rows) -> dict:
 
 
 def unattainable(row: dict) -> bool:
-    """Whether the guest and oracle rules cannot both hold in this row, as
-    far as the fair oracle's search knows (a best-known bound).
+    """Whether the fair oracle stays below the oracle rule's floor in this
+    row: the guest and oracle rules look incompatible there (as far as
+    the search knows).
     """
     fair = row.get('fair_of_oracle')
     if fair is None:

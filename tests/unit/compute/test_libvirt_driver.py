@@ -242,6 +242,13 @@ class TestParsing(base.TestCase):
             '<last ', '<numa-overhead:last ').replace(
             '<optimizer ', '<numa-overhead:optimizer ') + '</metadata>')
         self.assertEqual(recorded, libvirt_driver.parse_domain(xml).recorded)
+        # A record an older agent wrote has no counts: 0.
+        old = xml.replace(xml[xml.index('<numa-overhead:optimizer '):
+                              xml.index('/>', xml.index(
+                                  '<numa-overhead:optimizer ')) + 2], '')
+        self.assertEqual(dataclasses.replace(
+            recorded, moved=0, kept=0, undone=0),
+            libvirt_driver.parse_domain(old).recorded)
         # Unreadable counts are an account lost, not the record.
         odd = libvirt_driver.parse_domain(xml.replace('kept="1"',
                                                       'kept="many"'))

@@ -146,6 +146,18 @@ class TestPlan(OptimizerTestCase):
         # Gains never count against it.
         self.assertFalse(opt._below_floor({'b': 1.5}))
 
+    def test_an_undone_move_no_longer_counts_against_the_floor(self):
+        agent, actions = self.with_neighbour(0.0)
+        opt = agent.optimizer
+        self.assertTrue(opt.apply(actions[0], self.clock.now))
+        self.assertLess(opt.standing['b'], 1.0)
+        check = opt.checks['a']
+        self.assertEqual(actions[0].effects, check.effects)
+        end = self.progress(agent, 'a', 0.5 * IPS, check.settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertAlmostEqual(1.0, opt.standing['a'])
+        self.assertAlmostEqual(1.0, opt.standing['b'])
+
     def test_memory_move_that_pays_back_is_planned(self):
         # Nova allows it node 0's CPUs only: its memory must come.
         self.remote(node0_cpus_only=True)
