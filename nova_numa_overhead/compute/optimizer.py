@@ -304,8 +304,10 @@ class Optimizer:
         return out
 
     def candidates(self, domain, model: cost.HostModel) -> list:
-        """Node sets the guest could move to: single nodes, and pairs (or
-        the nearest larger sets) where one node's CPUs are too few.
+        """Node sets the guest could move to: single nodes; for a guest of
+        more than one vCPU also each node with its nearest neighbour, and
+        the nearest larger sets where one node's CPUs are too few (pairs
+        only where one node is too small was measured: worse).
         """
         topology = self.agent.topology
         nova_nodes = set(self.agent.nova_allowed.get(domain.name, ()) or
