@@ -549,8 +549,8 @@ Lowest speed, as a fraction of its speed before the optimizer's moves (since
 the agent started; an undone move no longer counts), that the optimizer's
 moves may leave any guest at, as the cost model predicts them: a move that
 would slow a neighbour (or the guest itself) below it is not made, however
-much it gains in all. 0 turns the floor off: moves are
-chosen for the guests' summed speed, and a guest may be slowed for others.
+much it gains in all. 0 turns the floor off: moves are chosen for the
+guests' summed speed, and a guest may be slowed for others.
 
 A floor protects single guests (an operator with per-guest SLAs) at a price
 in the mean; see the simulator guide for both measured.

@@ -51,11 +51,11 @@ guests, and the guest and oracle rules look incompatible. Evidence, not
 proof: the search is a heuristic (a better fair placement may exist), its
 floor holds per segment (stricter than the rule, which takes each guest's
 whole-run mean), and the penalty is soft (``fair_worst_guest`` says how
-well it held). It takes no policy's
-second as its own (those may break the floor) and uses its own random
-stream. Where the placement it found is better than the oracle's own
-search (the penalty leads the descent elsewhere), the oracle takes it:
-every placement found is one the oracle may take.
+well it held). It takes no policy's second as its own (those may break
+the floor) and uses its own random stream. Where the placement it found
+is better than the oracle's own search (the penalty leads the descent
+elsewhere), the oracle takes it: every placement found is one the oracle
+may take.
 """
 
 import itertools
@@ -442,19 +442,3 @@ def _fair_segment(scenario, timeline, segment, results, rng, nova) -> dict:
               for g in segment.guests} if seconds else {}
     return _segment_best(scenario, timeline, segment, results, rng, set(),
                          floors)
-
-
-def fair_oracle(scenario, timeline, results) -> dict:
-    """Guest -> throughput of the fair oracle (see the module's doc)."""
-    from nova_numa_overhead.sim import runner
-    rng = random.Random(scenario.seed + 1)
-    nova = dict(results[policies_mod.BASELINE].samples)
-    samples = []
-    for segment in timeline.segments():
-        found = _fair_segment(scenario, timeline, segment, results, rng,
-                              nova)
-        samples += [(t, found) for t in range(segment.start,
-                                              segment.end + 1)]
-    recorder = runner.Recorder(timeline)
-    recorder.samples = samples
-    return recorder.throughput()

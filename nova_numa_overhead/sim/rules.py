@@ -50,9 +50,8 @@ def broken(row: dict, policy: str = 'overhead-aware') -> list:
     if row.get('vs_best_other') is not None and \
             row['vs_best_other'] < WIN:
         out.append('win')
-    floor = ORACLE_PAPER if row['name'].startswith(PAPER) else ORACLE
     if row.get('fraction_of_oracle') is not None and \
-            row['fraction_of_oracle'] < floor:
+            row['fraction_of_oracle'] < oracle_floor(row):
         out.append('oracle')
     guests = row.get('scenario', {}).get('guests') or ()
     total_gb = sum(g.get('memory_gb', 0.0) for g in guests)
@@ -77,7 +76,9 @@ def unattainable(row: dict) -> bool:
     the search knows).
     """
     fair = row.get('fair_of_oracle')
-    if fair is None:
-        return False
-    floor = ORACLE_PAPER if row['name'].startswith(PAPER) else ORACLE
-    return fair < floor
+    return fair is not None and fair < oracle_floor(row)
+
+
+def oracle_floor(row: dict) -> float:
+    """The share of the oracle the oracle rule asks for in this row."""
+    return ORACLE_PAPER if row['name'].startswith(PAPER) else ORACLE
