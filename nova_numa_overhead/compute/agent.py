@@ -147,7 +147,8 @@ class Agent:
             default_max_nodes=conf.numa_overhead.default_max_nodes,
             page_budget=self._pages_allowed,
             colocate_cpus=self._colocation_cpus if self.opts.colocate_vcpus
-            else None, judge=self._judge_placement)
+            else None, judge=self._judge_placement,
+            remote=self.opts.remote_placement)
         self.domains: dict = {}
         self.pending: set = set()
         # What Nova allowed each guest (nodes, CPUs; () = all), and the

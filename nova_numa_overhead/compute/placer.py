@@ -30,6 +30,12 @@ guests were given and have yet to touch there
 fill up before it has touched all of its memory is killed out of memory.
 When no set of its allowed nodes has that room, the guest is left where it
 is, and the decision says so.
+
+Unless ``[numa_overhead_agent] remote_placement`` is on, only the nodes
+the guest's vCPUs run on are planned over (a starting guest is not
+measured: where its memory goes further is the optimizer's decision, in
+predicted time and checked); when they cannot hold it, it is left where
+the kernel puts it.
 """
 
 import dataclasses
@@ -130,7 +136,8 @@ class Placer:
                  managed: str = 'floating',
                  default_policy: str = planner.PROPORTIONAL,
                  default_max_nodes: int = planner.DEFAULT_MAX_NODES,
-                 page_budget=None, colocate_cpus=None, judge=None):
+                 page_budget=None, colocate_cpus=None, judge=None,
+                 remote=True):
         self.hv = hypervisor
         self.enforcement = enforcement
         self.reserve_mb = reserve_mb
@@ -147,6 +154,8 @@ class Placer:
         # is predicted to make the host slower (the cost model): then the
         # guest is left where it is.
         self.judge = judge
+        # False: a starting guest's memory only on its vCPUs' nodes.
+        self.remote = remote
 
     def better_home(self, domain, view, cpu) -> 'planner.Plan | None':
         """A plan on another local node a margin better, or None."""
@@ -184,7 +193,16 @@ class Placer:
         if policy is None:
             return Decision(domain.name, 'skipped', why, before=before)
         allowed = set(domain.allowed_nodes or range(view.size))
-        view = restrict(view, allowed)
+        targets = allowed
+        if not self.remote and any(f > 0 for f in cpu.values()):
+            # Where its vCPUs run (when known) and Nova allows.
+            targets = allowed & {n for n, f in cpu.items() if f > 0}
+            if not targets:
+                return Decision(domain.name, 'skipped',
+                                'its vCPUs run on no node Nova allows its '
+                                'memory on (remote_placement off): left '
+                                'where it is', before=before)
+        view = restrict(view, targets)
         mb = max(domain.memory_mb, 1)
         here = local_node(cpu)
         plan = planner.plan(view, mb, policy.policy, policy.max_nodes,
@@ -198,9 +216,11 @@ class Placer:
                 plan = best
         if plan is None:
             return Decision(domain.name, 'skipped',
-                            'no set of its allowed nodes has room for its '
-                            '%d MiB besides what other guests have yet to '
-                            'touch: left where it is' % domain.memory_mb,
+                            'no set of its allowed nodes%s has room for '
+                            'its %d MiB besides what other guests have yet '
+                            'to touch: left where it is' % (
+                                '' if self.remote else
+                                ' its vCPUs run on', domain.memory_mb),
                             before=before)
         if self.enforcement not in (OFF, ADVISORY):
             plan = self._with_reserve(view, plan, policy, mb)

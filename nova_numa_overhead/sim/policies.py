@@ -384,14 +384,15 @@ class OverheadAware(Policy):
 
 
 class PaperMethod(OverheadAware):
-    """The agent as Liu & Li describe it: memory placement and swap-FIFO
-    rebalancing, without the optimizer's vCPU moves (``optimize =
-    False``). The simulator's validation reproduces the paper's figures
-    with it; it is not one of the compared policies.
+    """The agent as Liu & Li describe it: memory placement over the
+    low-overhead nodes, remote ones included (``remote_placement =
+    True``), and swap-FIFO rebalancing, without the optimizer's vCPU moves
+    (``optimize = False``). The simulator's validation reproduces the
+    paper's figures with it; it is not one of the compared policies.
     """
 
     name = 'liu-li'
-    overrides = (('optimize', False),)
+    overrides = (('optimize', False), ('remote_placement', True))
 
 
 def production_conf(overrides=None):

@@ -126,12 +126,15 @@ class TestOnLibvirt(StatusTestCase):
     def test_json(self):
         # Realistic free memory (the test driver's is in KiB), with room
         # for the 6 GiB its "test" domain has yet to touch: the floating
-        # guest gets a plan.
+        # guest gets a plan (its vCPUs' node has none left: on the paper's
+        # first placement, which may go remote).
+        conf = self.write_conf('[numa_overhead_agent]\n'
+                               'remote_placement = true\n')
         self.useFixture(fixtures.MockPatch(
             'nova_numa_overhead.compute.libvirt_driver.LibvirtHypervisor.'
             'free_memory_mb', autospec=True, return_value=[4608, 6144]))
         rc = self.run_status('--connect', URI, '--format', 'json',
-                             '--sample', '0')
+                             '--sample', '0', '--config-file', conf)
         self.assertEqual(0, rc, self.stderr.getvalue())
         data = json.loads(self.stdout.getvalue())
         self.assertEqual(URI, data['uri'])
@@ -179,7 +182,7 @@ class TestOnLibvirt(StatusTestCase):
         from nova_numa_overhead.compute import libvirt_driver
         from tests.unit.compute import test_agent
         self.flags(group='numa_overhead_agent', enforcement='nodeset',
-                   reserve_mb=64)
+                   reserve_mb=64, remote_placement=True)
         hv = libvirt_driver.LibvirtHypervisor(URI)
         self.addCleanup(hv.close)
         # Room for the 6 GiB the test driver's "test" domain has yet to

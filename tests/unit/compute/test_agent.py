@@ -18,6 +18,7 @@ import fixtures
 
 from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import placer as placer_mod
 from nova_numa_overhead.overhead import planner
 from nova_numa_overhead import report as report_mod
 from tests import base
@@ -66,9 +67,13 @@ class AgentTestCase(base.TestCase):
         self.notifier = FakeNotifier()
         self.clock = Clock()
         self.slept = []
+        # The placement mechanics are exercised on the paper's first
+        # placement (memory may go remote); TestLocalPlacement checks the
+        # default, local one.
         self.flags(group='numa_overhead_agent', enforcement='pages',
                    reserve_mb=1024, report_interval=60,
-                   heartbeat_interval=30, migrate_rate_mb_per_s=0)
+                   heartbeat_interval=30, migrate_rate_mb_per_s=0,
+                   remote_placement=True)
 
     def make_agent(self):
         return agent_mod.Agent(self.conf, self.hv, self.publisher, 'cmp-1',
@@ -600,6 +605,102 @@ class TestPlacement(AgentTestCase):
         self.hv.down = False
         agent.handle_events()
         self.assertIn('a', agent.decisions)
+
+
+class TestLocalPlacement(AgentTestCase):
+    """The default first placement (``remote_placement = False``): a
+    starting guest's memory on the nodes its vCPUs run on only.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.flags(group='numa_overhead_agent', remote_placement=False)
+
+    def crowded(self):
+        # Nodes 0 and 1 congested; the new guest first-touched on node 0,
+        # its vCPUs on node 2.
+        for node in range(4):
+            self.hv.add('busy%d' % node, {node: 8 * GIB}, vcpu_node=node)
+        agent = self.make_agent()
+        for _ in range(2):
+            for name in ('busy0', 'busy1'):
+                self.busy(name, hit=0.05, loss=0.45)
+            self.clock.now += 1
+            agent.cycle()
+        self.hv.add('new', {0: 8 * GIB}, vcpu_node=2)
+        self.clock.now += 1
+        agent.cycle()
+        return agent.decisions['new']
+
+    def test_memory_goes_where_its_vcpus_run(self):
+        decision = self.crowded()
+        self.assertIn(decision.action, ('restricted', 'moved'),
+                      decision.reason)
+        self.assertEqual({2: 8 * GIB}, decision.plan)
+        self.assertEqual((2,), self.hv.nodesets['new'])
+        self.assertEqual({2: 8.0 * GIB}, {
+            n: mb for n, mb in self.hv.memory['new'].items() if mb})
+
+    def test_vcpus_on_two_nodes_plan_over_both(self):
+        agent = self.make_agent()
+        agent.cycle()
+        # 16 vCPUs from node 1's first CPU: 8 on node 1, 8 on node 2.
+        self.hv.add('wide', {0: 4 * GIB}, vcpu_node=1, vcpus=16)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['wide']
+        self.assertIn(decision.action, ('restricted', 'moved'),
+                      decision.reason)
+        self.assertLessEqual(set(decision.plan), {1, 2})
+        self.assertLessEqual(set(self.hv.nodesets['wide']), {1, 2})
+
+    def test_left_where_it_is_when_its_nodes_are_full(self):
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('a', {1: 14 * GIB}, vcpu_node=1,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['new']
+        self.assertEqual('skipped', decision.action)
+        self.assertIn('nodes its vCPUs run on', decision.reason)
+        self.assertIn('left where it is', decision.reason)
+        self.assertNotIn('new', self.hv.nodesets)
+        self.assertEqual([], [m for m in self.hv.moves if m[0] == 'new'])
+        # The paper's placement would have taken node 0.
+        self.flags(group='numa_overhead_agent', remote_placement=True)
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertIn(agent.decisions['new'].action,
+                      ('restricted', 'moved'))
+        self.assertIn(0, self.hv.nodesets['new'])
+
+    def test_vcpus_where_nova_allows_no_memory(self):
+        # Nova allows its memory on nodes 0-1; its vCPUs run on node 3.
+        self.hv.add('odd', {0: GIB})
+        domain = dataclasses.replace(self.hv.guests['odd'],
+                                     allowed_nodes=(0, 1))
+        view = planner.HostView(
+            free_mb=[8 * GIB] * 4, total_mb=[16 * GIB] * 4, guests=[0] * 4,
+            overhead=[[0] * 4 for _ in range(4)],
+            distances=[[10 if i == j else 21 for j in range(4)]
+                       for i in range(4)])
+        local = placer_mod.Placer(self.hv, 'pages', 0, remote=False)
+        decision = local.place(domain, view, {3: 1.0}, {0: GIB})
+        self.assertEqual('skipped', decision.action)
+        self.assertIn('no node Nova allows', decision.reason)
+        self.assertEqual({}, self.hv.nodesets)
+        paper = placer_mod.Placer(self.hv, 'advisory', 0, remote=True)
+        decision = paper.place(domain, view, {3: 1.0}, {0: GIB})
+        self.assertEqual('planned', decision.action, decision.reason)
+        self.assertLessEqual(set(decision.plan), {0, 1})
+        # Where its vCPUs run is not known yet: Nova's nodes, as before.
+        decision = local.place(domain, view, {}, {0: GIB})
+        self.assertIn(decision.action, ('restricted', 'moved'),
+                      decision.reason)
+        self.assertLessEqual(set(decision.plan), {0, 1})
 
 
 class TestNovasIntent(AgentTestCase):

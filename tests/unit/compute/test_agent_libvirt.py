@@ -23,7 +23,7 @@ class TestAgentOnLibvirt(test_libvirt_driver.LibvirtDriverTestCase):
     def setUp(self):
         super().setUp()
         self.flags(group='numa_overhead_agent', enforcement='nodeset',
-                   reserve_mb=64)
+                   reserve_mb=64, remote_placement=True)
         # The test driver reports free memory in KiB where the API promises
         # bytes (2 and 4 MiB here): give the cells realistic free memory,
         # with room for the 6 GiB its "test" domain has yet to touch (8 GiB

@@ -53,7 +53,7 @@ KNOWN_SWEEP = {
     'sweep-101-1': ('guest', 'win'),
     'sweep-101-2': ('guest', 'oracle'),
     'sweep-101-4': ('harm', 'guest', 'win', 'oracle'),
-    'sweep-101-5': ('guest', 'oracle'),
+    'sweep-101-5': ('guest', 'win', 'oracle'),
     'sweep-101-6': ('guest',),
     'sweep-101-7': ('guest', 'oracle'),
     'sweep-101-8': ('win', 'oracle'),

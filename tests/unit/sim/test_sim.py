@@ -428,6 +428,19 @@ class TestOursAsShipped(testtools.TestCase):
                 self.assertEqual(want, policy.conf[group][name],
                                  '[%s] %s' % (group, name))
 
+    def test_first_placement_local_paper_method_remote(self):
+        host = host_mod.Host(presets.ibm_x3850(4))
+        ours = policies.OverheadAware()
+        ours.attach(backend.SimHypervisor(host))
+        self.assertFalse(ours.conf.numa_overhead_agent.remote_placement)
+        self.assertFalse(ours.agent.placer.remote)
+        paper = policies.PaperMethod()
+        paper.attach(backend.SimHypervisor(host_mod.Host(
+            presets.ibm_x3850(4))))
+        self.assertTrue(paper.conf.numa_overhead_agent.remote_placement)
+        self.assertTrue(paper.agent.placer.remote)
+        self.assertFalse(paper.conf.numa_overhead_agent.optimize)
+
     def test_the_docs_recommend_it(self):
         from nova_numa_overhead.conf import agent as agent_conf
         path = os.path.join(os.path.dirname(__file__), '..', '..', '..',
