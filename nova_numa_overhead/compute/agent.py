@@ -1012,7 +1012,8 @@ class Agent:
                 if better is None:
                     continue
                 decision = self.place(domain)
-                if decision is not None and decision.action != 'skipped':
+                if decision is not None and decision.cpus:
+                    # Its vCPUs moved (a plan where they run is no move).
                     return [guest.name]
         return []
 

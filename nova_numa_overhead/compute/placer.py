@@ -31,11 +31,15 @@ fill up before it has touched all of its memory is killed out of memory.
 When no set of its allowed nodes has that room, the guest is left where it
 is, and the decision says so.
 
-Unless ``[numa_overhead_agent] remote_placement`` is on, only the nodes
-the guest's vCPUs run on are planned over (a starting guest is not
-measured: where its memory goes further is the optimizer's decision, in
-predicted time and checked); when they cannot hold it, it is left where
-the kernel puts it.
+Unless ``[numa_overhead_agent] remote_placement`` is on, a guest of the
+default policy is planned over the nodes its vCPUs run on only (a
+starting guest is not measured: where its memory goes further is the
+optimizer's decision, in predicted time and checked, and the level-based
+rebalancer's); when they cannot hold it, it is left where the kernel puts
+it. A flavor that sets ``numa_overhead:policy`` gets that policy over
+every node Nova allows, as the schedulers plan it; so does a guest whose
+vCPUs' nodes are not known yet. With ``colocate_vcpus`` the vCPUs may
+move to a better node, and the memory then goes to that node alone.
 """
 
 import dataclasses
@@ -137,7 +141,7 @@ class Placer:
                  default_policy: str = planner.PROPORTIONAL,
                  default_max_nodes: int = planner.DEFAULT_MAX_NODES,
                  page_budget=None, colocate_cpus=None, judge=None,
-                 remote=True):
+                 remote=False):
         self.hv = hypervisor
         self.enforcement = enforcement
         self.reserve_mb = reserve_mb
@@ -154,8 +158,28 @@ class Placer:
         # is predicted to make the host slower (the cost model): then the
         # guest is left where it is.
         self.judge = judge
-        # False: a starting guest's memory only on its vCPUs' nodes.
+        # False: a starting guest's memory only on its vCPUs' nodes (the
+        # default policy; [numa_overhead_agent] remote_placement).
         self.remote = remote
+
+    def _local_only(self, domain) -> bool:
+        """Whether the guest's memory is planned on its vCPUs' nodes only:
+        ``remote_placement`` off and the default policy (a flavor that sets
+        ``numa_overhead:policy`` gets that policy, as the schedulers plan
+        it).
+        """
+        return not self.remote and \
+            specs_mod.SPEC_POLICY not in (domain.extra_specs or {})
+
+    def _moved(self, view, mb, policy, local_only) -> 'planner.Plan | None':
+        """The best plan from any local node, its vCPUs moved there; local
+        only: on that node alone.
+        """
+        best = planner.plan(view, mb, policy.policy, policy.max_nodes)
+        if best is None or not local_only:
+            return best
+        return planner.plan(restrict(view, {best.local}), mb, policy.policy,
+                            policy.max_nodes, local=best.local)
 
     def better_home(self, domain, view, cpu) -> 'planner.Plan | None':
         """A plan on another local node a margin better, or None."""
@@ -165,10 +189,14 @@ class Placer:
         if policy is None or here is None or not self.colocate_cpus:
             return None
         mb = max(domain.memory_mb, 1)
-        view = restrict(view, set(domain.allowed_nodes or range(view.size)))
-        stay = planner.plan(view, mb, policy.policy, policy.max_nodes,
+        allowed = set(domain.allowed_nodes or range(view.size))
+        view = restrict(view, allowed)
+        local_only = self._local_only(domain)
+        stay_view = restrict(view, allowed & _vcpu_nodes(cpu)) \
+            if local_only else view
+        stay = planner.plan(stay_view, mb, policy.policy, policy.max_nodes,
                             local=here)
-        best = planner.plan(view, mb, policy.policy, policy.max_nodes)
+        best = self._moved(view, mb, policy, local_only)
         if best is None or best.local == here:
             return None
         if stay is not None and best.overhead > \
@@ -193,35 +221,35 @@ class Placer:
         if policy is None:
             return Decision(domain.name, 'skipped', why, before=before)
         allowed = set(domain.allowed_nodes or range(view.size))
-        targets = allowed
-        if not self.remote and any(f > 0 for f in cpu.values()):
-            # Where its vCPUs run (when known) and Nova allows.
-            targets = allowed & {n for n, f in cpu.items() if f > 0}
-            if not targets:
-                return Decision(domain.name, 'skipped',
-                                'its vCPUs run on no node Nova allows its '
-                                'memory on (remote_placement off): left '
-                                'where it is', before=before)
-        view = restrict(view, targets)
+        full = restrict(view, allowed)
+        # Where its vCPUs run (when known) and Nova allows, unless the
+        # paper's placement (remote_placement) or the flavor's policy.
+        local_only = self._local_only(domain) and bool(_vcpu_nodes(cpu))
+        targets = allowed & _vcpu_nodes(cpu) if local_only else allowed
+        view = restrict(full, targets) if targets != allowed else full
         mb = max(domain.memory_mb, 1)
         here = local_node(cpu)
         plan = planner.plan(view, mb, policy.policy, policy.max_nodes,
-                            local=here)
+                            local=here) if targets else None
         if self.colocate_cpus:
             # Moving the vCPUs too pays only when another local node is a
             # level better than bringing the memory to where they run.
-            best = planner.plan(view, mb, policy.policy, policy.max_nodes)
+            best = self._moved(full, mb, policy, local_only)
             if best is not None and (plan is None or best.overhead <=
                                      plan.overhead - COLOCATE_MARGIN):
                 plan = best
+                view = restrict(full, {best.local}) if local_only else full
         if plan is None:
-            return Decision(domain.name, 'skipped',
-                            'no set of its allowed nodes%s has room for '
-                            'its %d MiB besides what other guests have yet '
-                            'to touch: left where it is' % (
-                                '' if self.remote else
-                                ' its vCPUs run on', domain.memory_mb),
-                            before=before)
+            if not targets:
+                why = ('its vCPUs run on no node Nova allows its memory on '
+                       '(remote_placement off): left where it is')
+            else:
+                why = ('no set of its allowed nodes%s has room for its %d '
+                       'MiB besides what other guests have yet to touch: '
+                       'left where it is' % (
+                           ' its vCPUs run on' if targets != allowed
+                           else '', domain.memory_mb))
+            return Decision(domain.name, 'skipped', why, before=before)
         if self.enforcement not in (OFF, ADVISORY):
             plan = self._with_reserve(view, plan, policy, mb)
         decision = Decision(domain.name, 'planned',
@@ -318,6 +346,10 @@ class Placer:
 
 def page_mb() -> float:
     return 4096 / (1024.0 * 1024.0)
+
+
+def _vcpu_nodes(cpu: dict) -> set:
+    return {n for n, f in cpu.items() if f > 0}
 
 
 def restrict(view: planner.HostView, allowed) -> planner.HostView:

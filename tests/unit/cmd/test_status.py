@@ -285,6 +285,22 @@ class TestOnLibvirt(StatusTestCase):
         perf = self.floating.perfEvents()
         self.assertFalse(any(perf.values()), perf)
 
+    def test_default_first_placement_is_local(self):
+        # As test_json, without remote_placement: the floating guest's
+        # vCPUs' node has no room left, so no plan, and status says why.
+        self.useFixture(fixtures.MockPatch(
+            'nova_numa_overhead.compute.libvirt_driver.LibvirtHypervisor.'
+            'free_memory_mb', autospec=True, return_value=[4608, 6144]))
+        rc = self.run_status('--connect', URI, '--format', 'json',
+                             '--sample', '0')
+        self.assertEqual(0, rc, self.stderr.getvalue())
+        guests = {g['name']: g for g in
+                  json.loads(self.stdout.getvalue())['guests']}
+        floating = guests[self.floating.name()]
+        self.assertTrue(floating['managed'])
+        self.assertIsNone(floating['plan_mb_per_node'])
+        self.assertIn('nodes its vCPUs run on', floating['reason'])
+
     def test_perf_events_the_agent_enabled_stay_on(self):
         events = {'cpu_cycles': True, 'instructions': True}
         self.floating.setPerfEvents(events, libvirt.VIR_DOMAIN_AFFECT_LIVE)

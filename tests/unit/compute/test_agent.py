@@ -677,6 +677,45 @@ class TestLocalPlacement(AgentTestCase):
                       ('restricted', 'moved'))
         self.assertIn(0, self.hv.nodesets['new'])
 
+    def test_a_flavor_policy_is_the_flavors(self):
+        # numa_overhead:policy set by the flavor: its policy over every
+        # node Nova allows, as the schedulers plan it.
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('spread', {0: 4 * GIB}, vcpu_node=0,
+                    extra_specs={'numa_overhead:policy': 'spread'})
+        self.hv.add('default', {0: 4 * GIB}, vcpu_node=0)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertGreater(len(agent.decisions['spread'].plan), 1,
+                           agent.decisions['spread'].reason)
+        self.assertEqual({0}, set(agent.decisions['default'].plan),
+                         agent.decisions['default'].reason)
+
+    def test_reserve_on_its_vcpus_node(self):
+        # Node 1 holds the 4 GiB guest but not reserve_mb on top: not
+        # confined there, and not sent remote either.
+        self.flags(group='numa_overhead_agent', reserve_mb=2048)
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('a', {1: 11 * GIB}, vcpu_node=1,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['new']
+        self.assertEqual('skipped', decision.action)
+        self.assertIn('reserve_mb 2048', decision.reason)
+        self.assertNotIn('new', self.hv.nodesets)
+
+    def test_advisory_plans_locally_and_changes_nothing(self):
+        self.flags(group='numa_overhead_agent', enforcement='advisory')
+        decision = self.crowded()
+        self.assertEqual('planned', decision.action)
+        self.assertEqual({2: 8 * GIB}, decision.plan)
+        self.assertEqual({}, self.hv.nodesets)
+
     def test_vcpus_where_nova_allows_no_memory(self):
         # Nova allows its memory on nodes 0-1; its vCPUs run on node 3.
         self.hv.add('odd', {0: GIB})
@@ -958,6 +997,25 @@ class TestColocation(AgentTestCase):
                           if mb})
         self.assertIn('vCPUs to node %d' % node,
                       agent.decisions[name].reason)
+
+    def test_local_first_placement_moves_it_too(self):
+        # The default first placement: the move plans over all the nodes
+        # Nova allows, the memory then on the vCPUs' new node alone; once
+        # there, nothing more to move (and nothing counted as moved).
+        self.flags(group='numa_overhead_agent', colocate_vcpus=True,
+                   remote_placement=False)
+        agent = self.make_agent()
+        self.crowd_node_0(agent)
+        moved = agent.colocate()
+        self.assertEqual(1, len(moved))
+        name = moved[0]
+        node = self.hv.pins[name][0] // 8
+        self.assertNotEqual(0, node)
+        self.assertEqual({node: 4 * GIB}, agent.decisions[name].plan)
+        self.assertEqual((node,), self.hv.nodesets[name])
+        pins = self.hv.pins[name]
+        self.assertNotIn(name, agent.colocate())
+        self.assertEqual(pins, self.hv.pins[name])
 
 
 class TestFullNode(AgentTestCase):
