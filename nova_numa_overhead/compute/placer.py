@@ -32,14 +32,15 @@ When no set of its allowed nodes has that room, the guest is left where it
 is, and the decision says so.
 
 Unless ``[numa_overhead_agent] remote_placement`` is on, a guest of the
-default policy is planned over the nodes its vCPUs run on only (a
-starting guest is not measured: where its memory goes further is the
-optimizer's decision, in predicted time and checked, and the level-based
-rebalancer's); when they cannot hold it, it is left where the kernel puts
-it. A flavor that sets ``numa_overhead:policy`` gets that policy over
-every node Nova allows, as the schedulers plan it; so does a guest whose
-vCPUs' nodes are not known yet. With ``colocate_vcpus`` the vCPUs may
-move to a better node, and the memory then goes to that node alone.
+proportional policy (the default) is planned over the nodes its vCPUs run
+on only (a starting guest is not measured: where its memory goes further
+is the optimizer's decision, in predicted time and checked, and the
+level-based rebalancer's); when they cannot hold it, it is left where the
+kernel puts it. The ``local`` and ``spread`` policies are planned over
+every node Nova allows, as the schedulers plan them; so is a guest whose
+vCPUs' nodes are not known yet. With ``colocate_vcpus`` the vCPUs may move
+to a better node; with the local rule the memory then goes to that node
+alone (one with room for it and ``reserve_mb``).
 """
 
 import dataclasses
@@ -162,24 +163,29 @@ class Placer:
         # default policy; [numa_overhead_agent] remote_placement).
         self.remote = remote
 
-    def _local_only(self, domain) -> bool:
+    def _local_only(self, policy) -> bool:
         """Whether the guest's memory is planned on its vCPUs' nodes only:
-        ``remote_placement`` off and the default policy (a flavor that sets
-        ``numa_overhead:policy`` gets that policy, as the schedulers plan
-        it).
+        ``remote_placement`` off and the proportional policy (the paper's,
+        the default); ``local`` and ``spread`` are what they say.
         """
-        return not self.remote and \
-            specs_mod.SPEC_POLICY not in (domain.extra_specs or {})
+        return not self.remote and policy.policy == planner.PROPORTIONAL
 
     def _moved(self, view, mb, policy, local_only) -> 'planner.Plan | None':
         """The best plan from any local node, its vCPUs moved there; local
-        only: on that node alone.
+        only: the best single node with room for it and ``reserve_mb``.
         """
-        best = planner.plan(view, mb, policy.policy, policy.max_nodes)
-        if best is None or not local_only:
-            return best
-        return planner.plan(restrict(view, {best.local}), mb, policy.policy,
-                            policy.max_nodes, local=best.local)
+        if not local_only:
+            return planner.plan(view, mb, policy.policy, policy.max_nodes)
+        best = None
+        for node in view.local_nodes:
+            if view.free_mb[node] < mb + self.reserve_mb:
+                continue
+            plan = planner.plan(restrict(view, {node}), mb, policy.policy,
+                                policy.max_nodes, local=node)
+            if plan is not None and (best is None or
+                                     plan.overhead < best.overhead):
+                best = plan
+        return best
 
     def better_home(self, domain, view, cpu) -> 'planner.Plan | None':
         """A plan on another local node a margin better, or None."""
@@ -191,7 +197,7 @@ class Placer:
         mb = max(domain.memory_mb, 1)
         allowed = set(domain.allowed_nodes or range(view.size))
         view = restrict(view, allowed)
-        local_only = self._local_only(domain)
+        local_only = self._local_only(policy)
         stay_view = restrict(view, allowed & _vcpu_nodes(cpu)) \
             if local_only else view
         stay = planner.plan(stay_view, mb, policy.policy, policy.max_nodes,
@@ -224,13 +230,17 @@ class Placer:
         full = restrict(view, allowed)
         # Where its vCPUs run (when known) and Nova allows, unless the
         # paper's placement (remote_placement) or the flavor's policy.
-        local_only = self._local_only(domain) and bool(_vcpu_nodes(cpu))
+        local_only = self._local_only(policy) and bool(_vcpu_nodes(cpu))
         targets = allowed & _vcpu_nodes(cpu) if local_only else allowed
         view = restrict(full, targets) if targets != allowed else full
         mb = max(domain.memory_mb, 1)
         here = local_node(cpu)
         plan = planner.plan(view, mb, policy.policy, policy.max_nodes,
                             local=here) if targets else None
+        # Whether the plan takes the vCPUs to its local node: with the
+        # local rule, only a colocation move does (a plan over the nodes
+        # they run on leaves them there).
+        follow = bool(self.colocate_cpus) and not local_only
         if self.colocate_cpus:
             # Moving the vCPUs too pays only when another local node is a
             # level better than bringing the memory to where they run.
@@ -239,6 +249,7 @@ class Placer:
                                      plan.overhead - COLOCATE_MARGIN):
                 plan = best
                 view = restrict(full, {best.local}) if local_only else full
+                follow = True
         if plan is None:
             if not targets:
                 why = ('its vCPUs run on no node Nova allows its memory on '
@@ -276,8 +287,7 @@ class Placer:
             return decision
         # The judge scores memory moves with the vCPUs where they run: a
         # plan that moves the vCPUs too (colocate_vcpus) is the placer's.
-        moves_vcpus = bool(self.colocate_cpus) and local_node(cpu) != \
-            plan.local
+        moves_vcpus = follow and here != plan.local
         verdict = self.judge(domain, cpu, before, plan.shares) \
             if self.judge is not None and not moves_vcpus else None
         if verdict:
@@ -286,7 +296,7 @@ class Placer:
             return decision
         self.hv.set_nodeset(domain, nodes)
         decision.action = 'restricted'
-        if self.colocate_cpus and local_node(cpu) != plan.local:
+        if moves_vcpus:
             cpus = self.colocate_cpus().get(plan.local)
             if cpus:
                 self.hv.pin_vcpus(domain, cpus)

@@ -422,17 +422,16 @@ Related options:
         help="""
 Let a starting guest's memory go to nodes its vCPUs do not run on, as Liu &
 Li's proportional split over the low-overhead nodes does. Off by default: the
-memory of a guest of the default policy is planned over the nodes its vCPUs
-run on only (by the same rule, among those nodes), and the guest is left
-where the kernel puts it when they cannot hold it; spreading it further is
-the optimizer's decision (predicted time, checked by its closed loop) and the
-rebalancer's. A starting guest has not been measured yet: placing it
-remotely on overhead levels alone was where the agent most often made guests
-slower than Nova's default (measured in the simulator's sweeps; see the
-simulator guide). A flavor that sets ``numa_overhead:policy`` gets its policy
-over every node Nova allows either way, and so does a guest whose vCPUs'
-nodes are not known yet. The schedulers score hosts on the paper's plan
-either way.
+memory of a guest of the proportional policy (the default) is planned over the
+nodes its vCPUs run on only (by the same rule, among those nodes), and the
+guest is left where the kernel puts it when they cannot hold it; spreading it
+further is the optimizer's decision (predicted time, checked by its closed
+loop) and the rebalancer's. A starting guest has not been measured yet:
+placing it remotely on overhead levels alone was where the agent most often
+made guests slower than Nova's default (measured in the simulator's sweeps;
+see the simulator guide). The ``local`` and ``spread`` policies are planned
+over every node Nova allows either way, and so is a guest whose vCPUs' nodes
+are not known yet. The schedulers score hosts on the paper's plan either way.
 
 Possible values:
 

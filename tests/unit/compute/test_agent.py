@@ -616,18 +616,20 @@ class TestLocalPlacement(AgentTestCase):
         super().setUp()
         self.flags(group='numa_overhead_agent', remote_placement=False)
 
-    def crowded(self):
+    def crowded(self, extra_specs=None):
         # Nodes 0 and 1 congested; the new guest first-touched on node 0,
         # its vCPUs on node 2.
         for node in range(4):
-            self.hv.add('busy%d' % node, {node: 8 * GIB}, vcpu_node=node)
+            self.hv.add('busy%d' % node, {node: 8 * GIB}, vcpu_node=node,
+                        extra_specs=extra_specs)
         agent = self.make_agent()
         for _ in range(2):
             for name in ('busy0', 'busy1'):
                 self.busy(name, hit=0.05, loss=0.45)
             self.clock.now += 1
             agent.cycle()
-        self.hv.add('new', {0: 8 * GIB}, vcpu_node=2)
+        self.hv.add('new', {0: 8 * GIB}, vcpu_node=2,
+                    extra_specs=extra_specs)
         self.clock.now += 1
         agent.cycle()
         return agent.decisions['new']
@@ -691,6 +693,12 @@ class TestLocalPlacement(AgentTestCase):
                            agent.decisions['spread'].reason)
         self.assertEqual({0}, set(agent.decisions['default'].plan),
                          agent.decisions['default'].reason)
+
+    def test_an_opted_in_proportional_flavor_is_local_too(self):
+        self.flags(group='numa_overhead_agent', managed_guests='opt_in')
+        decision = self.crowded(
+            extra_specs={'numa_overhead:policy': 'proportional'})
+        self.assertEqual({2: 8 * GIB}, decision.plan, decision.reason)
 
     def test_reserve_on_its_vcpus_node(self):
         # Node 1 holds the 4 GiB guest but not reserve_mb on top: not
@@ -1016,6 +1024,54 @@ class TestColocation(AgentTestCase):
         pins = self.hv.pins[name]
         self.assertNotIn(name, agent.colocate())
         self.assertEqual(pins, self.hv.pins[name])
+
+    def test_local_move_needs_room_for_the_reserve(self):
+        # Nodes 1-3 hold the 4 GiB guests but only node 3 holds 1 GiB of
+        # reserve_mb on top: the local rule moves them there or nowhere.
+        self.flags(group='numa_overhead_agent', colocate_vcpus=True,
+                   remote_placement=False)
+        agent = self.make_agent()
+        for node, mb in ((1, 60 * GIB - 512), (2, 60 * GIB - 512),
+                         (3, 32 * GIB)):
+            self.hv.add('fill%d' % node, {node: mb}, vcpu_node=node,
+                        extra_specs={'numa_overhead:policy': 'none'})
+        self.crowd_node_0(agent)
+        moved = agent.colocate()
+        self.assertEqual(1, len(moved))
+        self.assertEqual(3, self.hv.pins[moved[0]][0] // 8)
+        self.assertEqual({3: 4 * GIB}, agent.decisions[moved[0]].plan)
+
+    def test_no_local_move_without_room_for_the_reserve(self):
+        # No other node holds a guest and reserve_mb: nothing planned,
+        # nothing moved, its decision left as it was.
+        self.flags(group='numa_overhead_agent', colocate_vcpus=True,
+                   remote_placement=False)
+        agent = self.make_agent()
+        for node in (1, 2, 3):
+            self.hv.add('fill%d' % node, {node: 60 * GIB - 512},
+                        vcpu_node=node,
+                        extra_specs={'numa_overhead:policy': 'none'})
+        self.crowd_node_0(agent)
+        before = {n: agent.decisions[n].reason for n in ('a', 'b')}
+        self.assertEqual([], agent.colocate())
+        self.assertEqual({}, self.hv.pins)
+        self.assertEqual(before, {n: agent.decisions[n].reason
+                                  for n in ('a', 'b')})
+
+    def test_vcpus_over_two_nodes_stay_without_a_move(self):
+        # No node has most of its vCPUs and none is a level better: the
+        # local rule plans over the nodes they run on and pins nothing.
+        self.flags(group='numa_overhead_agent', colocate_vcpus=True,
+                   remote_placement=False)
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('wide', {1: 4 * GIB}, vcpu_node=1, vcpus=16)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['wide']
+        self.assertLessEqual(set(decision.plan), {1, 2}, decision.reason)
+        self.assertEqual((), decision.cpus)
+        self.assertNotIn('wide', self.hv.pins)
 
 
 class TestFullNode(AgentTestCase):
