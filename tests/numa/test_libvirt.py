@@ -149,8 +149,11 @@ class TestHost(LibvirtTestCase):
 class TestNovaFloatingGuest(LibvirtTestCase, tests_base.TestCase):
 
     def make_agent(self):
+        # The paper's first placement (memory over several nodes): the
+        # restriction mechanics are what this checks.
         self.flags(group='numa_overhead_agent', enforcement='pages',
-                   reserve_mb=16, migrate_rate_mb_per_s=0)
+                   reserve_mb=16, migrate_rate_mb_per_s=0,
+                   remote_placement=True)
         return agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm')
 
     def check_placed(self, dom, decision):
