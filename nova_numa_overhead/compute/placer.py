@@ -159,8 +159,8 @@ class Placer:
         # is predicted to make the host slower (the cost model): then the
         # guest is left where it is.
         self.judge = judge
-        # False: a starting guest's memory only on its vCPUs' nodes (the
-        # default policy; [numa_overhead_agent] remote_placement).
+        # False: a starting proportional guest's memory only on its vCPUs'
+        # nodes ([numa_overhead_agent] remote_placement).
         self.remote = remote
 
     def _local_only(self, policy) -> bool:
@@ -229,7 +229,7 @@ class Placer:
         allowed = set(domain.allowed_nodes or range(view.size))
         full = restrict(view, allowed)
         # Where its vCPUs run (when known) and Nova allows, unless the
-        # paper's placement (remote_placement) or the flavor's policy.
+        # paper's placement (remote_placement) or another policy.
         local_only = self._local_only(policy) and bool(_vcpu_nodes(cpu))
         targets = allowed & _vcpu_nodes(cpu) if local_only else allowed
         view = restrict(full, targets) if targets != allowed else full

@@ -56,6 +56,14 @@ class StatusTestCase(base.TestCase):
     def run_status(self, *argv):
         return status.run(parse(*argv))
 
+    def text_again(self, conf):
+        """The table output of another run, whitespace folded."""
+        self.stdout.seek(0)
+        self.stdout.truncate()
+        self.assertEqual(0, self.run_status('--connect', URI, '--sample',
+                                            '0', '--config-file', conf))
+        return ' '.join(self.stdout.getvalue().split())
+
     def write_conf(self, text):
         path = os.path.join(self.useFixture(fixtures.TempDir()).path,
                             'nova.conf')
@@ -212,11 +220,7 @@ class TestOnLibvirt(StatusTestCase):
         self.assertEqual('cmp-status', floating['recorded_on'])
         pinned = guests[self.pinned.name()]
         self.assertIsNone(pinned['last_action'])
-        self.stdout.seek(0)
-        self.stdout.truncate()
-        self.assertEqual(0, self.run_status('--connect', URI, '--sample',
-                                            '0', '--config-file', conf))
-        out = ' '.join(self.stdout.getvalue().split())
+        out = self.text_again(conf)
         self.assertIn('nova allows nodes all, CPUs all; agent restricts to '
                       'nodes %s last' % ','.join(
                           str(n) for n in restricted), out)
@@ -256,11 +260,7 @@ class TestOnLibvirt(StatusTestCase):
                          guests[self.pinned.name()]['optimizer'])
         self.assertEqual({'mode': 'moves', 'moved': 3, 'kept': 1,
                           'undone': 1, 'guests': 1}, data['optimizer'])
-        self.stdout.seek(0)
-        self.stdout.truncate()
-        self.assertEqual(0, self.run_status('--connect', URI, '--sample',
-                                            '0', '--config-file', conf))
-        out = ' '.join(self.stdout.getvalue().split())
+        out = self.text_again(conf)
         self.assertIn('Optimizer: moves guests. It moved 1 guest here now 3 '
                       'times: 1 kept and 1 undone after its closed loop, the '
                       'rest not judged.', out)

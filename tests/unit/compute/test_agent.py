@@ -656,16 +656,22 @@ class TestLocalPlacement(AgentTestCase):
         self.assertLessEqual(set(decision.plan), {1, 2})
         self.assertLessEqual(set(self.hv.nodesets['wide']), {1, 2})
 
-    def test_left_where_it_is_when_its_nodes_are_full(self):
+    def beside(self, other_mb):
+        """A 4 GiB guest starting with its vCPUs on node 1 of 16 GiB,
+        where a guest the agent leaves alone has ``other_mb``.
+        """
         self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
-        self.hv.add('a', {1: 14 * GIB}, vcpu_node=1,
+        self.hv.add('a', {1: other_mb}, vcpu_node=1,
                     extra_specs={'numa_overhead:policy': 'none'})
         agent = self.make_agent()
         agent.cycle()
         self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
         self.clock.now += 1
         agent.cycle()
-        decision = agent.decisions['new']
+        return agent.decisions['new']
+
+    def test_left_where_it_is_when_its_nodes_are_full(self):
+        decision = self.beside(14 * GIB)
         self.assertEqual('skipped', decision.action)
         self.assertIn('nodes its vCPUs run on', decision.reason)
         self.assertIn('left where it is', decision.reason)
@@ -704,15 +710,7 @@ class TestLocalPlacement(AgentTestCase):
         # Node 1 holds the 4 GiB guest but not reserve_mb on top: not
         # confined there, and not sent remote either.
         self.flags(group='numa_overhead_agent', reserve_mb=2048)
-        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
-        self.hv.add('a', {1: 11 * GIB}, vcpu_node=1,
-                    extra_specs={'numa_overhead:policy': 'none'})
-        agent = self.make_agent()
-        agent.cycle()
-        self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
-        self.clock.now += 1
-        agent.cycle()
-        decision = agent.decisions['new']
+        decision = self.beside(11 * GIB)
         self.assertEqual('skipped', decision.action)
         self.assertIn('reserve_mb 2048', decision.reason)
         self.assertNotIn('new', self.hv.nodesets)
