@@ -77,6 +77,9 @@ WORST_FACTOR = 3.0       # a single guest may lose 3 x undo_threshold
 TRUST_START = 1.0        # trust in the model before any verdict
 TRUST_MIN = 0.1
 TRUST_WEIGHT = 0.3       # weight of the latest verdict
+UNSEEN_WAIT = 60.0       # seconds a guest the model cannot see yet keeps
+#                          other guests off its nodes (its counters may
+#                          never come: not for ever)
 
 
 @dataclasses.dataclass
@@ -133,6 +136,7 @@ class Optimizer:
         self.backoff: dict = {}       # name -> (undos, until)
         self.held: dict = {}          # name -> not before
         self.advised: dict = {}       # name -> the advice last logged
+        self.seen: dict = {}          # name -> when it was first sampled
         self.counts = collections.Counter()
         # name -> its moves and verdicts (kept in its metadata record, so
         # that they outlive the agent and show in ``status``).
@@ -157,13 +161,15 @@ class Optimizer:
         guests = self.agent.collector.guests
         for name in [n for n in self.history if n not in guests]:
             del self.history[name]
-        for table in (self.checks, self.backoff, self.held, self.advised):
+        for table in (self.checks, self.backoff, self.held, self.advised,
+                      self.seen):
             for name in [n for n in table if n not in guests]:
                 del table[name]
         for table in (self.per_guest, self.standing):
             for name in [n for n in table if n not in self.agent.domains]:
                 del table[name]
         for name, state in guests.items():
+            self.seen.setdefault(name, now)
             if state.delta is None or state.seconds <= 0 or \
                     state.last_time != now:
                 continue
@@ -303,6 +309,23 @@ class Optimizer:
             out.append(domain)
         return out
 
+    def unseen(self, measured, now: float) -> set:
+        """Nodes of the guests the cost model cannot see yet: those with
+        no progress measured (started, or found, less than ``loop_window``
+        samples ago), for up to UNSEEN_WAIT seconds after their first
+        sample. Idle guests (measured, no progress) are seen.
+        """
+        nodes = set()
+        window = min(3, self.opts.loop_window)
+        for name, state in self.agent.collector.guests.items():
+            if name in measured or name not in self.agent.domains or \
+                    now - self.seen.get(name, now) > UNSEEN_WAIT or \
+                    self._mean(name, last=window) is not None:
+                continue
+            nodes.update(n for n, f in state.cpu.items() if f > 0)
+            nodes.update(n for n, mb in state.memory_mb.items() if mb > 0)
+        return nodes
+
     def candidates(self, domain, model: cost.HostModel) -> list:
         """Node sets the guest could move to: single nodes; for a guest of
         more than one vCPU also each node with its nearest neighbour, and
@@ -359,6 +382,10 @@ class Optimizer:
         busy = set()
         for check in self.checks.values():
             busy.update(check.nodes)
+        # Nodes where a guest runs that the model cannot see yet: it would
+        # take them for idle (a guest that has just started there looks
+        # like room).
+        busy.update(self.unseen(measured, now))
         actions = []
         movable = [d for d in self.movable(now) if d.name in measured]
         if movable:

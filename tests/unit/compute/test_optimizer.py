@@ -277,6 +277,67 @@ class TestPlan(OptimizerTestCase):
         agent = self.start(cycles=2)
         self.assertEqual([], agent.optimizer.plan(self.clock.now))
 
+    def beside_a_new_guest(self):
+        """'a' would gain on node 1 (its memory is there), where 'b' has
+        just started: placed, no progress measured yet.
+        """
+        self.remote()
+        agent = self.start()
+        self.hv.add('b', {1: 1 * GIB}, vcpu_node=1)
+        self.clock.now += 1
+        self.work('a')
+        agent.cycle()
+        self.assertIn('b', agent.collector.guests)
+        return agent
+
+    def onto_node1(self, opt):
+        """The guests the next pass would move onto node 1 (memory
+        staying where it is there, its other choice).
+        """
+        return [a.guest for a in opt.plan(self.clock.now) if 1 in a.nodes]
+
+    def test_no_move_onto_the_nodes_of_a_guest_not_measured_yet(self):
+        agent = self.beside_a_new_guest()
+        opt = agent.optimizer
+        self.assertEqual({1}, opt.unseen({'a'}, self.clock.now))
+        self.assertEqual([], self.onto_node1(opt))
+        # Measured, it is one more guest of the model: node 1 is open
+        # again, and the moves are weighed with it there.
+        self.sample(agent, 4)
+        self.assertEqual(set(), opt.unseen({'a', 'b'}, self.clock.now))
+        actions = opt.plan(self.clock.now)
+        self.assertEqual(['a'], [a.guest for a in actions])
+        self.assertIn('b', actions[0].effects)
+
+    def test_a_guest_never_measured_keeps_its_nodes_for_a_while_only(self):
+        agent = self.beside_a_new_guest()
+        opt = agent.optimizer
+        # Its counters never come.
+        del self.hv.counter['b']
+        for _ in range(int(optimizer.UNSEEN_WAIT)):
+            self.clock.now += 1
+            self.work('a')
+            agent.cycle()
+        self.assertEqual({1}, opt.unseen({'a'}, self.clock.now))
+        self.assertEqual([], self.onto_node1(opt))
+        self.clock.now += 1
+        self.work('a')
+        agent.cycle()
+        self.assertEqual(set(), opt.unseen({'a'}, self.clock.now))
+        self.assertEqual(['a'], self.onto_node1(opt))
+
+    def test_an_idle_guest_is_seen(self):
+        agent = self.beside_a_new_guest()
+        for _ in range(4):
+            self.clock.now += 1
+            self.work('a')
+            agent.cycle()
+        # Measured, doing nothing: no guest of the model, but seen.
+        self.assertNotIn('b', {g.name for g in agent.optimizer.loads()})
+        self.assertEqual(set(), agent.optimizer.unseen({'a'},
+                                                       self.clock.now))
+        self.assertEqual(['a'], self.onto_node1(agent.optimizer))
+
     def test_the_agent_cycle_moves_once_a_pass_is_due(self):
         self.flags(group='numa_overhead_agent', optimize_interval=5)
         self.remote()
