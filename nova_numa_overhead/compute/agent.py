@@ -301,6 +301,9 @@ class Agent:
         for domain in started:
             if domain.name not in self.domains:
                 self._learn(domain)
+            else:
+                # Started again or resumed: another run to measure.
+                self.optimizer.restarted(domain.name, now)
             if not domain.pinned and not domain.metadata_error:
                 self._guarded(domain, 'Enabling perf events',
                               self.hv.enable_counters, domain)

@@ -163,6 +163,8 @@ class Collector:
             state = self.guests[name] = GuestState()
         previous, state.last = state.last, counters
         seconds, state.last_time = now - state.last_time, now
+        # No sample this time: no rates either (not the last ones again).
+        state.delta = None
         if previous is None or counters is None:
             return False
         sample = samples.Sample(

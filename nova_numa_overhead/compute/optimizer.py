@@ -79,7 +79,8 @@ TRUST_MIN = 0.1
 TRUST_WEIGHT = 0.3       # weight of the latest verdict
 UNSEEN_WAIT = 60.0       # seconds a guest the model cannot see yet keeps
 #                          other guests off its nodes (its counters may
-#                          never come: not for ever)
+#                          never come: not for ever); longer where the
+#                          samples it takes are further apart
 
 
 @dataclasses.dataclass
@@ -136,7 +137,8 @@ class Optimizer:
         self.backoff: dict = {}       # name -> (undos, until)
         self.held: dict = {}          # name -> not before
         self.advised: dict = {}       # name -> the advice last logged
-        self.seen: dict = {}          # name -> when it was first sampled
+        # name -> when it was first listed (or started again, resumed).
+        self.seen: dict = {}
         self.counts = collections.Counter()
         # name -> its moves and verdicts (kept in its metadata record, so
         # that they outlive the agent and show in ``status``).
@@ -309,21 +311,37 @@ class Optimizer:
             out.append(domain)
         return out
 
+    def restarted(self, name, now: float) -> None:
+        """``name`` started again (or resumed: after a pause, at the end
+        of an incoming live migration): its progress so far is another
+        run's, and it is unseen again from ``now``.
+        """
+        self.history.pop(name, None)
+        self.seen[name] = now
+
     def unseen(self, measured, now: float) -> set:
         """Nodes of the guests the cost model cannot see yet: those with
-        no progress measured (started, or found, less than ``loop_window``
-        samples ago), for up to UNSEEN_WAIT seconds after their first
-        sample. Idle guests (measured, no progress) are seen.
+        no progress measured (listed, started or resumed less than
+        ``min(3, loop_window)`` samples ago), for up to UNSEEN_WAIT seconds
+        (or that many samples and one, if longer) since. A guest measured
+        idle counts as seen (it adds no load to the model); pinned guests
+        and guests whose record the agent cannot read are never sampled
+        (no perf events) and count as seen. Only nodes holding at least
+        MIN_SHIFT of a guest's memory count.
         """
         nodes = set()
         window = min(3, self.opts.loop_window)
+        wait = max(UNSEEN_WAIT, (window + 1) * self.opts.sample_interval)
         for name, state in self.agent.collector.guests.items():
-            if name in measured or name not in self.agent.domains or \
-                    now - self.seen.get(name, now) > UNSEEN_WAIT or \
+            domain = self.agent.domains.get(name)
+            if name in measured or domain is None or domain.pinned or \
+                    domain.metadata_error or \
+                    now - self.seen.get(name, now) > wait or \
                     self._mean(name, last=window) is not None:
                 continue
             nodes.update(n for n, f in state.cpu.items() if f > 0)
-            nodes.update(n for n, mb in state.memory_mb.items() if mb > 0)
+            nodes.update(n for n, f in collector_mod.fractions(
+                state.memory_mb).items() if f >= MIN_SHIFT)
         return nodes
 
     def candidates(self, domain, model: cost.HostModel) -> list:

@@ -566,7 +566,7 @@ Related options:
 """),
     cfg.FloatOpt(
         'guest_floor',
-        default=0.0,
+        default=0.9,
         min=0.0,
         max=1.0,
         help="""

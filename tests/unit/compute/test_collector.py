@@ -105,6 +105,21 @@ class TestRates(base.TestCase):
             self.collector.update_bandwidth(answer, 2.0)
             self.assertIsNone(self.collector.guests['a'].bandwidth, answer)
 
+    def test_no_counter_read_no_rates(self):
+        counters = hv_mod.DomainCounters(0, 0, 0, 0, 0)
+        self.collector.update('a', counters, 1.0)
+        self.assertTrue(self.collector.update(
+            'a', hv_mod.DomainCounters(10, 20, 4, 2, 0), 2.0))
+        self.assertEqual((10, 20, 4, 2), self.collector.guests['a'].delta)
+        # A read that failed, or counters that went back: no rates, not
+        # the last ones again.
+        self.assertFalse(self.collector.update('a', None, 3.0))
+        self.assertIsNone(self.collector.guests['a'].delta)
+        self.collector.update('a', hv_mod.DomainCounters(50, 90, 9, 4, 0),
+                              4.0)
+        self.assertFalse(self.collector.update('a', counters, 5.0))
+        self.assertIsNone(self.collector.guests['a'].delta)
+
     def test_retain_forgets_them(self):
         self.collector.update_bandwidth({'a': {0: (0, 0)}}, 1.0)
         self.collector.retain([])

@@ -129,6 +129,9 @@ class TestPlan(OptimizerTestCase):
         self.assertAlmostEqual(effects['b'], agent.optimizer.standing['b'])
         self.assertAlmostEqual(effects['a'], agent.optimizer.standing['a'])
 
+    def test_the_floor_is_on_by_default(self):
+        self.assertEqual(0.9, self.conf.numa_overhead_agent.guest_floor)
+
     def test_no_move_that_slows_a_guest_below_the_floor(self):
         agent, actions = self.with_neighbour(0.0)
         floor = actions[0].effects['b'] + 0.001
@@ -304,7 +307,9 @@ class TestPlan(OptimizerTestCase):
         # Measured, it is one more guest of the model: node 1 is open
         # again, and the moves are weighed with it there.
         self.sample(agent, 4)
-        self.assertEqual(set(), opt.unseen({'a', 'b'}, self.clock.now))
+        measured = {g.name for g in opt.loads()}
+        self.assertEqual({'a', 'b'}, measured)
+        self.assertEqual(set(), opt.unseen(measured, self.clock.now))
         actions = opt.plan(self.clock.now)
         self.assertEqual(['a'], [a.guest for a in actions])
         self.assertIn('b', actions[0].effects)
@@ -325,6 +330,67 @@ class TestPlan(OptimizerTestCase):
         agent.cycle()
         self.assertEqual(set(), opt.unseen({'a'}, self.clock.now))
         self.assertEqual(['a'], self.onto_node1(opt))
+
+    def test_a_guest_started_again_is_unseen_again(self):
+        agent = self.beside_a_new_guest()
+        opt = agent.optimizer
+        # No counters for longer than the wait (an incoming live
+        # migration, paused), then it resumes and runs.
+        counter = self.hv.counter.pop('b')
+        for _ in range(int(optimizer.UNSEEN_WAIT) + 10):
+            self.clock.now += 1
+            self.work('a')
+            agent.cycle()
+        self.assertEqual(set(), opt.unseen({'a'}, self.clock.now))
+        self.hv.counter['b'] = counter
+        agent.on_lifecycle('resumed', 'b')
+        self.clock.now += 1
+        self.work('a')
+        agent.handle_events()
+        self.assertEqual({1}, opt.unseen({'a'}, self.clock.now))
+        self.assertEqual([], self.onto_node1(opt))
+        # Its progress before counts no more: seen after its new samples.
+        self.assertNotIn('b', opt.history)
+        self.sample(agent, 4)
+        self.assertEqual(set(), opt.unseen({'a', 'b'}, self.clock.now))
+
+    def test_memory_alone_keeps_its_node(self):
+        self.remote()
+        agent = self.start()
+        # vCPUs on node 0, pages on node 1 (and a few on node 0).
+        self.hv.add('b', {0: 16, 1: 1 * GIB}, vcpu_node=0)
+        self.clock.now += 1
+        self.work('a')
+        agent.cycle()
+        self.assertEqual({0, 1}, agent.optimizer.unseen({'a'},
+                                                        self.clock.now))
+        self.hv.memory['b'] = {0: 1 * GIB, 1: 16}
+        self.clock.now += 1
+        self.work('a')
+        agent.cycle()
+        # Under MIN_SHIFT of its pages: not a node it holds.
+        self.assertEqual({0}, agent.optimizer.unseen({'a'}, self.clock.now))
+
+    def test_a_pinned_guest_is_never_waited_for(self):
+        self.remote()
+        agent = self.start()
+        # No perf events for it: the agent never samples it.
+        self.hv.add('b', {1: 1 * GIB}, vcpu_node=1, pinned=True)
+        self.clock.now += 1
+        self.work('a')
+        agent.cycle()
+        self.assertNotIn('b', self.hv.enabled)
+        self.assertEqual(set(), agent.optimizer.unseen({'a'},
+                                                       self.clock.now))
+
+    def test_the_wait_covers_the_samples_it_needs(self):
+        self.flags(group='numa_overhead_agent', sample_interval=30)
+        agent = self.beside_a_new_guest()
+        # Three samples 30 s apart take longer than UNSEEN_WAIT.
+        later = self.clock.now + optimizer.UNSEEN_WAIT + 30
+        self.assertEqual({1}, agent.optimizer.unseen({'a'}, later))
+        self.assertEqual(set(), agent.optimizer.unseen(
+            {'a'}, self.clock.now + 4 * 30 + 1))
 
     def test_an_idle_guest_is_seen(self):
         agent = self.beside_a_new_guest()
