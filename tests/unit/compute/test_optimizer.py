@@ -352,7 +352,9 @@ class TestPlan(OptimizerTestCase):
         # Its progress before counts no more: seen after its new samples.
         self.assertNotIn('b', opt.history)
         self.sample(agent, 4)
-        self.assertEqual(set(), opt.unseen({'a', 'b'}, self.clock.now))
+        measured = {g.name for g in opt.loads()}
+        self.assertEqual({'a', 'b'}, measured)
+        self.assertEqual(set(), opt.unseen(measured, self.clock.now))
 
     def test_memory_alone_keeps_its_node(self):
         self.remote()
