@@ -80,6 +80,18 @@ class AgentTestCase(base.TestCase):
                                notifier=self.notifier, clock=self.clock,
                                sleep=self.slept.append)
 
+    def wide(self, memory):
+        """The decision for 'wide', started after a first cycle with
+        ``memory`` (node -> MiB) and 16 vCPUs from node 1's first CPU: 8 on
+        node 1, 8 on node 2.
+        """
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('wide', memory, vcpu_node=1, vcpus=16)
+        self.clock.now += 1
+        agent.cycle()
+        return agent.decisions['wide']
+
     def busy(self, name, hit=0.1, loss=0.4, ipc=0.5):
         # Deltas giving these metrics over one interval.
         cycles = 1000000
@@ -644,13 +656,7 @@ class TestLocalPlacement(AgentTestCase):
             n: mb for n, mb in self.hv.memory['new'].items() if mb})
 
     def test_vcpus_on_two_nodes_plan_over_both(self):
-        agent = self.make_agent()
-        agent.cycle()
-        # 16 vCPUs from node 1's first CPU: 8 on node 1, 8 on node 2.
-        self.hv.add('wide', {0: 4 * GIB}, vcpu_node=1, vcpus=16)
-        self.clock.now += 1
-        agent.cycle()
-        decision = agent.decisions['wide']
+        decision = self.wide({0: 4 * GIB})
         self.assertIn(decision.action, ('restricted', 'moved'),
                       decision.reason)
         self.assertLessEqual(set(decision.plan), {1, 2})
@@ -1061,12 +1067,7 @@ class TestColocation(AgentTestCase):
         # local rule plans over the nodes they run on and pins nothing.
         self.flags(group='numa_overhead_agent', colocate_vcpus=True,
                    remote_placement=False)
-        agent = self.make_agent()
-        agent.cycle()
-        self.hv.add('wide', {1: 4 * GIB}, vcpu_node=1, vcpus=16)
-        self.clock.now += 1
-        agent.cycle()
-        decision = agent.decisions['wide']
+        decision = self.wide({1: 4 * GIB})
         self.assertLessEqual(set(decision.plan), {1, 2}, decision.reason)
         self.assertEqual((), decision.cpus)
         self.assertNotIn('wide', self.hv.pins)
