@@ -15,8 +15,15 @@ filter and weigher handlers choosing a host for every arriving guest.
 Agents cast their reports over oslo.messaging (the in-memory ``fake://``
 transport unless a URL is given, e.g. RabbitMQ); a scheduler-side store
 receives them, and NUMAOverheadFilter and NUMAOverheadWeigher run next to
-Nova's RAMWeigher exactly as in nova-scheduler. The baseline policies run
-with Nova's RAMWeigher alone choosing hosts.
+Nova's default weighers exactly as in nova-scheduler. The baseline policies
+run with Nova's default weighers alone choosing hosts.
+
+Nova's default ``weight_classes`` is every weigher Nova has; of them, only
+the RAM and CPU weighers see simulated hosts differ (free memory, free
+vCPUs at Nova's ``initial_cpu_allocation_ratio``); the others (disk, I/O
+operations, PCI, affinity, build failures, cells, hypervisor version, and
+those off by default) weigh every simulated host the same and change no
+choice, so they are left out.
 """
 
 import dataclasses
@@ -37,6 +44,7 @@ class Scheduler:
         from nova import objects
         from nova.scheduler import filters as nova_filters
         from nova.scheduler import weights as nova_weights
+        from nova.scheduler.weights import cpu
         from nova.scheduler.weights import ram
 
         from nova_numa_overhead import conf as plugin_conf
@@ -63,12 +71,14 @@ class Scheduler:
         self.filter_handler = nova_filters.HostFilterHandler()
         self.weight_handler = nova_weights.HostWeightHandler()
         self.filters = [filters.NUMAOverheadFilter()] if ours else []
-        self.weighers = [ram.RAMWeigher()] + (
+        # Nova's defaults ([filter_scheduler] weight_classes =
+        # all_weighers), and ours beside them as the docs configure it.
+        self.weighers = [ram.RAMWeigher(), cpu.CPUWeigher()] + (
             [weighers.NUMAOverheadWeigher()] if ours else [])
 
-    def pick(self, host_states, memory_mb, extra_specs):
+    def pick(self, host_states, memory_mb, extra_specs, vcpus=2):
         spec = self.objects.RequestSpec(
-            flavor=self.objects.Flavor(memory_mb=memory_mb, vcpus=2,
+            flavor=self.objects.Flavor(memory_mb=memory_mb, vcpus=vcpus,
                                        root_gb=10,
                                        extra_specs=dict(extra_specs)),
             instance_uuid='00000000-0000-4000-8000-000000000000',
@@ -87,12 +97,20 @@ class Scheduler:
 
 
 def _host_states(hosts):
+    import nova.conf
     from nova.scheduler import host_manager
+    ratio = nova.conf.CONF.initial_cpu_allocation_ratio
     states = []
     for name, host in hosts.items():
         state = host_manager.HostState(name, name, 'cell1')
         state.free_ram_mb = sum(host.free_mb())
         state.total_usable_ram_mb = sum(n.memory_mb for n in host.spec.nodes)
+        # What the libvirt driver reports: every host CPU (thread), the
+        # vCPUs of the guests there, Nova's default allocation ratio.
+        state.vcpus_total = sum(n.cpus for n in host.spec.nodes)
+        state.vcpus_used = sum(g.vcpus for g in host.guests.values()
+                               if not g.oom)
+        state.cpu_allocation_ratio = ratio
         state.num_instances = len(host.guests)
         state.aggregates = []
         states.append(state)
@@ -150,7 +168,7 @@ def run_policy(scenario, name, transport_url=None, tick=None):
             if kind == 'arrive':
                 plan = payload
                 chosen = sched.pick(_host_states(hosts), plan.memory_mb,
-                                    dict(plan.extra_specs))
+                                    dict(plan.extra_specs), plan.vcpus)
                 if chosen is None:
                     chosen = min(hosts, key=lambda h: len(hosts[h].guests))
                 node = _least_loaded_node(hosts[chosen])

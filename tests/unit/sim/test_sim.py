@@ -383,6 +383,48 @@ class TestRunner(testtools.TestCase):
                           ('nova-default', 'magic'))
 
 
+class TestClusterScheduler(testtools.TestCase):
+    """The simulated nova-scheduler weighs as Nova does by default."""
+
+    def hosts(self):
+        out = {}
+        for name in ('h1', 'h2'):
+            out[name] = host_mod.Host(two_nodes(32))
+        return out
+
+    def add(self, host, name, vcpus, memory_mb):
+        guest = host_mod.Guest(name=name, profile=presets.PROFILES['ycsb'],
+                               vcpus=vcpus, memory_mb=memory_mb,
+                               cpu={0: 1.0}, first_touch=(0,))
+        host.add(guest, preallocate=True)
+        return guest
+
+    def test_nova_default_weighers(self):
+        from nova_numa_overhead.sim import cluster
+        sched = cluster.Scheduler(None, False, 'numa-overhead-test')
+        self.addCleanup(sched.close)
+        # [filter_scheduler] weight_classes = all_weighers: of them, the
+        # RAM and CPU weighers see the simulated hosts differ.
+        self.assertEqual(['RAMWeigher', 'CPUWeigher'],
+                         [type(w).__name__ for w in sched.weighers])
+        hosts = self.hosts()
+        # h1: more free memory, h2: far fewer vCPUs used; the CPU weigher
+        # (free vCPUs at Nova's initial allocation ratio) decides.
+        self.add(hosts['h1'], 'a', 8, 1024)
+        self.add(hosts['h1'], 'b', 8, 1024)
+        self.add(hosts['h2'], 'c', 1, 4096)
+        self.assertGreater(sum(hosts['h1'].free_mb()),
+                           sum(hosts['h2'].free_mb()))
+        states = {s.host: s for s in cluster._host_states(hosts)}
+        self.assertEqual(16, states['h1'].vcpus_used)
+        self.assertEqual(1, states['h2'].vcpus_used)
+        self.assertEqual(sum(n.cpus for n in two_nodes(32).nodes),
+                         states['h1'].vcpus_total)
+        self.assertEqual(4.0, states['h1'].cpu_allocation_ratio)
+        self.assertEqual('h2', sched.pick(list(states.values()), 1024, {},
+                                          vcpus=2))
+
+
 class TestNoHarm(testtools.TestCase):
     """The default configuration never gets a guest killed out of memory
     by confining it (issue 10). Before the room check counted what guests
