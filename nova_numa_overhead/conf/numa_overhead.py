@@ -142,7 +142,10 @@ Multiplier of the NUMAOverheadWeigher. Positive values prefer hosts with a
 lower planned overhead; 0 disables the weigher; negative values prefer
 higher overhead (not useful outside tests). Aggregate metadata
 ``numa_overhead_weight_multiplier`` overrides it for the hosts of that
-aggregate.
+aggregate. A host's weight is its raw weight (``1 / (1 + planned overhead
+level)``, between 0 and 1) times the multiplier, not stretched over the
+hosts' range: with 1.0, a host at level 0 outweighs one at level 1 by 0.5,
+as much as the RAM or CPU weigher can between an empty and a half-full host.
 
 Possible values:
 

@@ -14,9 +14,14 @@
 A host's raw weight is ``1 / (1 + planned overhead level)`` of the request
 (1.0 when the guest would see no overhead), or ``[numa_overhead]
 weight_of_unknown`` without a fresh report or when the reported free memory
-cannot hold the request. Nova normalises the raw weights over the hosts
-and multiplies them by ``[numa_overhead] weight_multiplier``, which
-aggregate metadata ``numa_overhead_weight_multiplier`` overrides.
+cannot hold the request. Raw weights lie between 0 and 1 and Nova takes
+them as they are (``minval`` 0, ``maxval`` 1: not stretched over the range
+the hosts happen to span, as Nova's RAM and CPU weighers anchor theirs at
+0), times ``[numa_overhead] weight_multiplier``, which aggregate metadata
+``numa_overhead_weight_multiplier`` overrides. Hosts a tenth of a level
+apart thus differ by a few hundredths, not by the whole multiplier: the
+weigher adds to Nova's spreading weighers instead of overruling them on
+differences that cost the guest nothing.
 
 Enable with ``[filter_scheduler] weight_classes =
 nova.scheduler.weights.all_weighers,
@@ -40,6 +45,11 @@ CONF = nova.conf.CONF
 
 class NUMAOverheadWeigher(weights.BaseHostWeigher):
     """Prefer hosts where the guest's memory would see less overhead."""
+
+    # The raw weight's own range (weight_of_unknown too): Nova normalises
+    # against it, not against the hosts' minimum and maximum.
+    minval = 0.0
+    maxval = 1.0
 
     def __init__(self):
         super().__init__()

@@ -11,6 +11,7 @@
 # under the License.
 
 from nova.scheduler import weights as nova_weights
+from nova.scheduler.weights import ram
 
 from nova_numa_overhead.scheduler import weighers
 from tests.unit.scheduler import fakes
@@ -55,11 +56,35 @@ class TestNUMAOverheadWeigher(fakes.NovaTestCase):
     def test_multiplier_and_aggregate_override(self):
         self.flags(weight_multiplier=2.0)
         hosts = [fakes.host_state('low'), fakes.host_state('high')]
-        self.assertEqual([('low', 2.0), ('high', 0.0)], self.weigh(hosts))
+        # Raw weights 1 / (1 + 1) and 1 / (1 + 8), times the multiplier.
+        self.assertEqual([('low', 1.0), ('high', 0.222)], self.weigh(hosts))
         hosts = [fakes.host_state('low', aggregates=[
             {'numa_overhead_weight_multiplier': '-1.0'}]),
             fakes.host_state('high')]
-        self.assertEqual([('high', 0.0), ('low', -1.0)], self.weigh(hosts))
+        self.assertEqual([('high', 0.222), ('low', -0.5)],
+                         self.weigh(hosts))
+
+    def test_weights_are_not_stretched_over_the_hosts(self):
+        # Nova stretches a weigher's weights over the hosts' range unless
+        # the weigher anchors them: two hosts a fraction of a level apart
+        # would then differ by the whole multiplier and overrule Nova's
+        # RAM and CPU weighers (anchored at 0) on a difference that costs
+        # the guest nothing.
+        self.assertEqual((0.0, 1.0), (self.weigher.minval,
+                                      self.weigher.maxval))
+        fakes.make_store(self, test_filters.levels_report('a', 1),
+                         test_filters.levels_report('b', 1))
+        hosts = [fakes.host_state(h) for h in ('a', 'b')]
+        self.assertEqual([0.5, 0.5], [w for _, w in self.weigh(hosts)])
+        ram_weigher = ram.RAMWeigher()
+        hosts = [fakes.host_state('low'), fakes.host_state('mid')]
+        hosts[0].free_ram_mb, hosts[1].free_ram_mb = 1024, 8192
+        handler = nova_weights.HostWeightHandler()
+        weighed = handler.get_weighed_objects(
+            [self.weigher, ram_weigher], hosts, fakes.spec())
+        # 'low' (level 1 against 4) gains 0.5 - 0.2 = 0.3 from us, 'mid'
+        # 1 - 0.125 = 0.875 from the RAM weigher: Nova's spreading wins.
+        self.assertEqual('mid', weighed[0].obj.host)
 
     def test_bad_request_gives_equal_weights(self):
         hosts = [fakes.host_state(h) for h in ('high', 'low')]
