@@ -19,8 +19,10 @@ Nova's default weighers exactly as in nova-scheduler. The baseline policies
 run with Nova's default weighers alone choosing hosts.
 
 Nova's default ``weight_classes`` is every weigher Nova has; of them, only
-the RAM and CPU weighers see simulated hosts differ (free memory, free
-vCPUs at Nova's ``initial_cpu_allocation_ratio``); the others (disk, I/O
+the RAM and CPU weighers see simulated hosts differ (free memory and free
+vCPUs as Nova's resource tracker counts them: what the guests' flavors
+claim, not what they have touched; vCPUs at Nova's
+``initial_cpu_allocation_ratio``); the others (disk, I/O
 operations, PCI, affinity, build failures, cells, hypervisor version, and
 those off by default) weigh every simulated host the same and change no
 choice, so they are left out.
@@ -99,17 +101,23 @@ class Scheduler:
 def _host_states(hosts):
     import nova.conf
     from nova.scheduler import host_manager
-    ratio = nova.conf.CONF.initial_cpu_allocation_ratio
+    conf = nova.conf.CONF
+    ratio = conf.initial_cpu_allocation_ratio
     states = []
     for name, host in hosts.items():
         state = host_manager.HostState(name, name, 'cell1')
-        state.free_ram_mb = sum(host.free_mb())
+        guests = list(host.guests.values())
+        # What Nova's resource tracker reports: memory and every host CPU
+        # (thread), less what the guests' flavors claim (at once, touched
+        # or not; a guest killed out of memory still holds its claim, as
+        # a stopped instance does) and the memory reserved for the host;
+        # Nova's default allocation ratio.
         state.total_usable_ram_mb = sum(n.memory_mb for n in host.spec.nodes)
-        # What the libvirt driver reports: every host CPU (thread), the
-        # vCPUs of the guests there, Nova's default allocation ratio.
+        state.free_ram_mb = (state.total_usable_ram_mb -
+                             conf.reserved_host_memory_mb -
+                             sum(g.memory_mb for g in guests))
         state.vcpus_total = sum(n.cpus for n in host.spec.nodes)
-        state.vcpus_used = sum(g.vcpus for g in host.guests.values()
-                               if not g.oom)
+        state.vcpus_used = sum(g.vcpus for g in guests)
         state.cpu_allocation_ratio = ratio
         state.num_instances = len(host.guests)
         state.aggregates = []
