@@ -13,15 +13,16 @@
 
 A host's raw weight is ``1 / (1 + planned overhead level)`` of the request
 (1.0 when the guest would see no overhead), or ``[numa_overhead]
-weight_of_unknown`` without a fresh report or when the reported free memory
-cannot hold the request. Raw weights lie between 0 and 1 and Nova takes
+weight_of_unknown`` without a fresh report, when the reported free memory
+cannot hold the request or when the planned overhead is not a finite level
+of 0 or more. Raw weights lie between 0 and 1 and Nova takes
 them as they are (``minval`` 0, ``maxval`` 1: not stretched over the range
 the hosts happen to span, as Nova's RAM and CPU weighers anchor theirs at
 0), times ``[numa_overhead] weight_multiplier``, which aggregate metadata
 ``numa_overhead_weight_multiplier`` overrides. Hosts a tenth of a level
 apart thus differ by a few hundredths, not by the whole multiplier: the
 weigher adds to Nova's spreading weighers instead of overruling them on
-differences that cost the guest nothing.
+small differences.
 
 Enable with ``[filter_scheduler] weight_classes =
 nova.scheduler.weights.all_weighers,
@@ -88,10 +89,13 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
         except Exception:
             LOG.exception('NUMA overhead look-up failed')
             return [unknown] * len(weighed_obj_list)
-        inf = math.inf
+        isfinite = math.isfinite
         # The hot loop of the weigher: one look-up per host, done above.
-        return [unknown if value is None or value == inf
-                else 1.0 / (1.0 + value) for value in planned]
+        # Nova does not clamp what weigh_objects returns: a planned
+        # overhead that is not a finite level >= 0 weighs as unknown.
+        return [1.0 / (1.0 + value)
+                if value is not None and isfinite(value) and value >= 0
+                else unknown for value in planned]
 
     def _weigh_object(self, host_state, weight_properties):
         return self.weigh_objects(

@@ -10,9 +10,13 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import math
+from unittest import mock
+
 from nova.scheduler import weights as nova_weights
 from nova.scheduler.weights import ram
 
+from nova_numa_overhead.scheduler import store as store_mod
 from nova_numa_overhead.scheduler import weighers
 from tests.unit.scheduler import fakes
 from tests.unit.scheduler import test_filters
@@ -67,24 +71,35 @@ class TestNUMAOverheadWeigher(fakes.NovaTestCase):
     def test_weights_are_not_stretched_over_the_hosts(self):
         # Nova stretches a weigher's weights over the hosts' range unless
         # the weigher anchors them: two hosts a fraction of a level apart
-        # would then differ by the whole multiplier and overrule Nova's
-        # RAM and CPU weighers (anchored at 0) on a difference that costs
-        # the guest nothing.
+        # would then differ by the whole multiplier.
         self.assertEqual((0.0, 1.0), (self.weigher.minval,
                                       self.weigher.maxval))
-        fakes.make_store(self, test_filters.levels_report('a', 1),
-                         test_filters.levels_report('b', 1))
-        hosts = [fakes.host_state(h) for h in ('a', 'b')]
-        self.assertEqual([0.5, 0.5], [w for _, w in self.weigh(hosts)])
-        ram_weigher = ram.RAMWeigher()
-        hosts = [fakes.host_state('low'), fakes.host_state('mid')]
-        hosts[0].free_ram_mb, hosts[1].free_ram_mb = 1024, 8192
+        hosts = [fakes.host_state(h) for h in ('low', 'mid')]
+        self.assertEqual([('low', 0.5), ('mid', 0.2)], self.weigh(hosts))
+
+    def test_nova_spreading_decides_between_close_hosts(self):
+        # 'low' (level 1) and 'mid' (level 4): raw weights 0.5 and 0.2,
+        # 0.3 apart; the RAM weigher (anchored at 0 by Nova) puts 'mid'
+        # 0.875 ahead. Stretched, ours would put 'low' a whole 1.0 ahead
+        # and overrule it.
+        hosts = [fakes.host_state('low', free_ram_mb=4096),
+                 fakes.host_state('mid', free_ram_mb=32768)]
         handler = nova_weights.HostWeightHandler()
         weighed = handler.get_weighed_objects(
-            [self.weigher, ram_weigher], hosts, fakes.spec())
-        # 'low' (level 1 against 4) gains 0.5 - 0.2 = 0.3 from us, 'mid'
-        # 1 - 0.125 = 0.875 from the RAM weigher: Nova's spreading wins.
-        self.assertEqual('mid', weighed[0].obj.host)
+            [self.weigher, ram.RAMWeigher()], hosts, fakes.spec())
+        self.assertEqual(['mid', 'low'], [w.obj.host for w in weighed])
+
+    def test_planned_overheads_out_of_range_weigh_as_unknown(self):
+        hosts = [fakes.host_state(h) for h in ('a', 'b', 'c', 'd')]
+        query = mock.Mock()
+        query.overheads.return_value = [float('nan'), -0.5, math.inf, 1.0]
+        store = mock.Mock()
+        store.query.return_value = query
+        self.patch(store_mod, 'get_store', lambda conf: store)
+        self.flags(weight_of_unknown=0.1)
+        raw = self.weigher.weigh_objects(
+            [nova_weights.WeighedHost(h, 0.0) for h in hosts], fakes.spec())
+        self.assertEqual([0.1, 0.1, 0.1, 0.5], raw)
 
     def test_bad_request_gives_equal_weights(self):
         hosts = [fakes.host_state(h) for h in ('high', 'low')]

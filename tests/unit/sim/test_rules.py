@@ -52,7 +52,7 @@ KNOWN_SWEEP = {
     'sweep-101-0': ('guest', 'oracle'),
     'sweep-101-1': ('win',),
     'sweep-101-2': ('oracle',),
-    'sweep-101-4': ('guest', 'oracle'),
+    'sweep-101-4': ('harm', 'guest', 'win', 'oracle'),
     'sweep-101-5': ('win', 'oracle'),
     'sweep-101-6': ('guest',),
     'sweep-101-7': ('oracle',),
