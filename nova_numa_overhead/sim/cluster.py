@@ -25,7 +25,8 @@ claim, not what they have touched; vCPUs at Nova's
 ``initial_cpu_allocation_ratio``); the others (disk, I/O
 operations, PCI, affinity, build failures, cells, hypervisor version, and
 those off by default) weigh every simulated host the same and change no
-choice, so they are left out.
+choice, so they are left out. Before them, as placement does, only the
+hosts that hold the request are offered (:func:`_fits`).
 """
 
 import dataclasses
@@ -85,7 +86,13 @@ class Scheduler:
                                        extra_specs=dict(extra_specs)),
             instance_uuid='00000000-0000-4000-8000-000000000000',
             scheduler_hints={})
-        passed = host_states
+        # What placement offers the scheduler: the hosts whose memory and
+        # vCPUs, at Nova's initial allocation ratios, hold the request.
+        # None does: Nova would fail the build (NoValidHost); a simulated
+        # guest cannot fail, so the weighers choose among every host.
+        reserved = self.conf.reserved_host_memory_mb
+        passed = [s for s in host_states
+                  if _fits(s, memory_mb, vcpus, reserved)] or host_states
         if self.filters:
             passed = self.filter_handler.get_filtered_objects(
                 self.filters, host_states, spec) or []
@@ -96,6 +103,15 @@ class Scheduler:
     def close(self):
         from nova_numa_overhead.scheduler import store
         store.reset_store()
+
+
+def _fits(state, memory_mb, vcpus, reserved_mb) -> bool:
+    """Whether placement would offer ``state``'s host for the request."""
+    usable = state.total_usable_ram_mb - reserved_mb
+    used = usable - state.free_ram_mb
+    return used + memory_mb <= usable * state.ram_allocation_ratio and \
+        state.vcpus_used + vcpus <= \
+        state.vcpus_total * state.cpu_allocation_ratio
 
 
 def _host_states(hosts):
@@ -119,6 +135,7 @@ def _host_states(hosts):
         state.vcpus_total = sum(n.cpus for n in host.spec.nodes)
         state.vcpus_used = sum(g.vcpus for g in guests)
         state.cpu_allocation_ratio = ratio
+        state.ram_allocation_ratio = conf.initial_ram_allocation_ratio
         state.num_instances = len(host.guests)
         state.aggregates = []
         states.append(state)

@@ -428,6 +428,25 @@ class TestClusterScheduler(testtools.TestCase):
         self.assertEqual('h2', sched.pick(list(states.values()), 1024, {},
                                           vcpus=2))
 
+    def test_placement_offers_only_hosts_that_hold_the_request(self):
+        from nova_numa_overhead.sim import cluster
+        sched = cluster.Scheduler(None, False, 'numa-overhead-test')
+        self.addCleanup(sched.close)
+        hosts = self.hosts()
+        # 8 host CPUs at 4.0: 32 vCPUs each. h1: 30 used, 48 GiB claimed;
+        # h2: 31 used, 1 GiB. The RAM weigher prefers h2 more than the
+        # CPU weigher prefers h1, but 2 more vCPUs do not fit on h2.
+        self.add(hosts['h1'], 'a', 8, 16 * GIB)
+        self.add(hosts['h1'], 'b', 8, 16 * GIB)
+        self.add(hosts['h1'], 'c', 14, 16 * GIB)
+        self.add(hosts['h2'], 'd', 31, 1 * GIB)
+        states = cluster._host_states(hosts)
+        self.assertEqual('h1', sched.pick(states, 4 * GIB, {}, vcpus=2))
+        self.assertEqual('h2', sched.pick(states, 4 * GIB, {}, vcpus=1))
+        # Neither holds 17 GiB and 2 vCPUs: Nova would fail the build; the
+        # simulation lets the weighers choose among every host.
+        self.assertEqual('h2', sched.pick(states, 17 * GIB, {}, vcpus=2))
+
 
 class TestNoHarm(testtools.TestCase):
     """The default configuration never gets a guest killed out of memory
