@@ -95,7 +95,7 @@ class Scheduler:
                   if _fits(s, memory_mb, vcpus, reserved)] or host_states
         if self.filters:
             passed = self.filter_handler.get_filtered_objects(
-                self.filters, host_states, spec) or []
+                self.filters, passed, spec) or []
         weighed = self.weight_handler.get_weighed_objects(
             self.weighers, passed, spec)
         return weighed[0].obj.host if weighed else None

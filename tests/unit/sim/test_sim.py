@@ -15,6 +15,7 @@ import json
 import os
 
 import fixtures
+from nova.scheduler import filters
 import testtools
 
 from nova_numa_overhead.cmd import main as cli_main
@@ -446,6 +447,16 @@ class TestClusterScheduler(testtools.TestCase):
         # Neither holds 17 GiB and 2 vCPUs: Nova would fail the build; the
         # simulation lets the weighers choose among every host.
         self.assertEqual('h2', sched.pick(states, 17 * GIB, {}, vcpus=2))
+        # The plugin's filter gets what placement offers, as in Nova.
+        seen = []
+
+        class Everything(filters.BaseHostFilter):
+            def host_passes(self, host_state, spec_obj):
+                seen.append(host_state.host)
+                return True
+        sched.filters = [Everything()]
+        self.assertEqual('h1', sched.pick(states, 4 * GIB, {}, vcpus=2))
+        self.assertEqual(['h1'], seen)
 
 
 class TestNoHarm(testtools.TestCase):
