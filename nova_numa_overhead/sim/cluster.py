@@ -30,11 +30,17 @@ hosts that hold the request are offered (:func:`_fits`).
 """
 
 import dataclasses
+import itertools
 import os
 import time
 
 from nova_numa_overhead.sim import policies as policies_mod
 from nova_numa_overhead.sim import runner
+
+# Every run in a process gets a topic of its own: a scenario's id() is
+# reused once it is freed, and a run must not see an earlier run's reports
+# (the fake transport keeps its exchanges for the process's life).
+_RUNS = itertools.count()
 
 
 class Scheduler:
@@ -171,7 +177,7 @@ def run_policy(scenario, name, transport_url=None, tick=None):
     """One policy on the cluster: the guests' throughput on every host."""
     from nova_numa_overhead import rpc
     ours = name == policies_mod.DEFAULT
-    topic = 'numa-overhead-sim-%d-%d' % (os.getpid(), id(scenario))
+    topic = 'numa-overhead-sim-%d-%d' % (os.getpid(), next(_RUNS))
     sched = Scheduler(transport_url, ours, topic)
     hosts = {}
     hvs = {}
