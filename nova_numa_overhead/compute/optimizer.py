@@ -29,6 +29,11 @@ budget. The nodes must hold the guest's memory plus ``reserve_mb`` besides
 what other guests have yet to touch (room); vCPUs stay within the CPUs Nova
 allowed; pinned guests are never touched.
 
+Where the host has no stalled-cycles event, what an LLC miss costs a
+guest that is not memory-intensive is learned from its own samples
+(:meth:`Optimizer._learned_stall`) and given to the model as its stall
+share.
+
 Closed loop: once a moved guest's pages have landed, its progress
 (instructions per second) over ``loop_window`` samples is compared with
 the same window before the move, and so are the guests on the nodes it
@@ -44,6 +49,7 @@ sums over the guests of the host; all of them in :meth:`Optimizer.status`
 (the simulator's JSON).
 """
 
+import array
 import collections
 import dataclasses
 import math
@@ -77,13 +83,22 @@ WORST_FACTOR = 3.0       # a single guest may lose 3 x undo_threshold
 TRUST_START = 1.0        # trust in the model before any verdict
 TRUST_MIN = 0.1
 TRUST_WEIGHT = 0.3       # weight of the latest verdict
+# Without the stalled-cycles event, for a guest that is not
+# memory-intensive: the cycles an LLC miss costs it, learned from its own
+# samples (how its CPI moved with its misses per instruction as
+# neighbours came and went), where they vary enough.
+STALL_POINTS = 120       # samples it weighs per guest (exponentially)
+STALL_MIN_POINTS = 10
+STALL_SPREAD = 0.1       # relative spread of misses per instruction needed
+STALL_FIT = 0.8          # correlation of CPI with them needed
+STALL_MAX_CYCLES = 1000.0  # a miss costs at most this (a slow remote one)
 UNSEEN_WAIT = 60.0       # seconds a guest the model cannot see yet keeps
 #                          other guests off its nodes (its counters may
 #                          never come: not for ever); longer where the
 #                          samples it takes are further apart
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Rates:
     """A guest's counters per second over one sample."""
 
@@ -92,6 +107,58 @@ class Rates:
     cps: float
     rps: float
     mps: float
+
+
+class Progress:
+    """A guest's last HISTORY samples of :class:`Rates`, oldest first, as
+    a ring of floats (1.3 KiB a guest; as objects they took about 6).
+    """
+
+    __slots__ = ('_data', '_next', '_count')
+    WIDTH = 5
+
+    def __init__(self):
+        self._data = array.array('d', bytes(8 * self.WIDTH * HISTORY))
+        self._next = 0
+        self._count = 0
+
+    def append(self, rates: Rates) -> None:
+        i = self._next * self.WIDTH
+        self._data[i:i + self.WIDTH] = array.array(
+            'd', (rates.at, rates.ips, rates.cps, rates.rps, rates.mps))
+        self._next = (self._next + 1) % HISTORY
+        self._count = min(self._count + 1, HISTORY)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self):
+        start = self._next - self._count
+        for k in range(self._count):
+            i = (start + k) % HISTORY * self.WIDTH
+            yield Rates(*self._data[i:i + self.WIDTH])
+
+    def mean(self, since, window: int) -> Rates | None:
+        """The mean of the last ``window`` samples taken after ``since``
+        (None: any), or None when there are fewer.
+        """
+        data, width = self._data, self.WIDTH
+        found = []
+        k = self._next
+        for _ in range(min(self._count, window)):
+            k = (k - 1) % HISTORY
+            if since is not None and data[k * width] <= since:
+                break
+            found.append(k * width)
+        if len(found) < window or window <= 0:
+            return None
+        n = float(window)
+        sums = [0.0] * 4
+        for i in reversed(found):      # oldest first, as the samples came
+            for j in range(4):
+                sums[j] += data[i + 1 + j]
+        return Rates(data[found[0]], sums[0] / n, sums[1] / n, sums[2] / n,
+                     sums[3] / n)
 
 
 @dataclasses.dataclass
@@ -146,6 +213,12 @@ class Optimizer:
         # name -> the product of the speed changes the optimizer's moves
         # were predicted to bring it since it came (``guest_floor``).
         self.standing: dict = {}
+        # name -> the sums of a least-squares fit of CPI on misses per
+        # instruction over its samples, each older one weighing 1 /
+        # STALL_POINTS less ([weight, x, y, xx, yy, xy]: six floats, not
+        # the samples), and the cycles per miss last learned from them.
+        self.points: dict = {}
+        self.per_miss: dict = {}
         self.next_pass = None
         # How far the model's predictions came true on this host (the
         # verdicts' net change / the predicted gain, smoothed): predicted
@@ -164,7 +237,7 @@ class Optimizer:
         for name in [n for n in self.history if n not in guests]:
             del self.history[name]
         for table in (self.checks, self.backoff, self.held, self.advised,
-                      self.seen):
+                      self.seen, self.points, self.per_miss):
             for name in [n for n in table if n not in guests]:
                 del table[name]
         for table in (self.per_guest, self.standing):
@@ -177,10 +250,21 @@ class Optimizer:
                 continue
             instructions, cycles, refs, misses = state.delta
             s = state.seconds
-            rates = self.history.setdefault(
-                name, collections.deque(maxlen=HISTORY))
+            rates = self.history.setdefault(name, Progress())
             rates.append(Rates(now, instructions / s, cycles / s, refs / s,
                                misses / s))
+            # Only the samples where it is light: a memory-intensive
+            # guest's misses rise with the controllers' queueing, which the
+            # slope would count again.
+            x = min(misses, refs) / instructions if instructions > 0 else -1
+            y = cycles / instructions if instructions > 0 else -1
+            if 0 <= x < math.inf and 0 < y < math.inf and \
+                    refs / instructions * 1000.0 < \
+                    cost.MEMORY_INTENSIVE_RPKI:
+                sums = self.points.setdefault(name, [0.0] * 6)
+                keep = 1.0 - 1.0 / STALL_POINTS
+                for i, v in enumerate((1.0, x, y, x * x, y * y, x * y)):
+                    sums[i] = sums[i] * keep + v
 
     def resume(self, name, recorded) -> None:
         """A guest's counts from the record this host's agent wrote."""
@@ -197,17 +281,12 @@ class Optimizer:
         self.per_guest.setdefault(name, collections.Counter())[what] += 1
 
     def _mean(self, name, since=None, last=None) -> Rates | None:
-        rates = [r for r in self.history.get(name, ())
-                 if since is None or r.at > since]
+        """The mean of ``name``'s last ``last`` (``loop_window``) samples
+        taken after ``since``, or None when it has fewer.
+        """
         window = self.opts.loop_window if last is None else last
-        rates = rates[-window:]
-        if len(rates) < window:
-            return None
-        k = float(len(rates))
-        return Rates(rates[-1].at, sum(r.ips for r in rates) / k,
-                     sum(r.cps for r in rates) / k,
-                     sum(r.rps for r in rates) / k,
-                     sum(r.mps for r in rates) / k)
+        history = self.history.get(name)
+        return history.mean(since, window) if history is not None else None
 
     # -- the pass -------------------------------------------------------------
 
@@ -287,6 +366,8 @@ class Optimizer:
             stall = None
             if metrics is not None and metrics.cycle_loss > 0:
                 stall = metrics.cycle_loss
+            else:
+                stall = self._learned_stall(name, mean)
             bandwidth = state.bandwidth
             measured = sum(total for _local, total in bandwidth.values()) \
                 / 1e6 if bandwidth else None
@@ -297,6 +378,50 @@ class Optimizer:
                 mpi=min(mean.mps, mean.rps) / mean.ips, stall=stall,
                 measured_mbps=measured))
         return out
+
+    def _learned_stall(self, name, mean) -> float | None:
+        """The share of ``name``'s cycles stalled on LLC misses, from the
+        cycles per miss its own samples show (least squares of CPI on
+        misses per instruction, where these spread by STALL_SPREAD and
+        CPI follows them by STALL_FIT; never below MISS_CYCLES, at most
+        STALL_MAX_CYCLES; forgotten where they spread and CPI no longer
+        follows); None where not learned, and for a memory-intensive guest
+        (whose samples are not fitted either).
+
+        Without the stalled-cycles event the cost model charges a miss
+        ``MISS_CYCLES``, and for a memory-intensive guest also reads a
+        high CPI as stalls. A guest that rarely misses but waits for each
+        miss in full (little memory-level parallelism) pays several times
+        that: the model saw no gain in moving it away from a neighbour
+        that thrashes the LLC. Its own CPI, sample after sample, shows
+        what a miss costs it. Not for memory-intensive guests: their misses
+        rise with the controllers' queueing, which the slope would count
+        again (on the simulator's tuning sweeps: a scenario further below
+        Nova's default and one moving more than its guests' memory).
+        """
+        sums = self.points.get(name)
+        if sums is not None and sums[0] >= STALL_MIN_POINTS:
+            w, sx, sy, sxx, syy, sxy = sums
+            mx, my = sx / w, sy / w
+            vx = sxx / w - mx * mx
+            vy = syy / w - my * my
+            cov = sxy / w - mx * my
+            if mx > 0 and vx > 0 and math.sqrt(vx) >= STALL_SPREAD * mx:
+                if vy > 0 and cov / math.sqrt(vx * vy) >= STALL_FIT:
+                    # Never below what the model charges a miss anyway.
+                    self.per_miss[name] = min(max(cov / vx, cost.MISS_CYCLES),
+                                              STALL_MAX_CYCLES)
+                else:
+                    # Its misses vary and its CPI does not follow them
+                    # (any more): what was learned no longer holds.
+                    self.per_miss.pop(name, None)
+        per_miss = self.per_miss.get(name)
+        if per_miss is None or not self.opts.learn_miss_cost or \
+                mean.ips <= 0 or mean.cps <= 0 or \
+                mean.rps / mean.ips * 1000.0 >= cost.MEMORY_INTENSIVE_RPKI:
+            return None
+        mpi = min(mean.mps, mean.rps) / mean.ips
+        return min(per_miss * mpi / (mean.cps / mean.ips), cost.MAX_STALL)
 
     def movable(self, now: float) -> list:
         """Guests the optimizer may move now."""
@@ -317,6 +442,8 @@ class Optimizer:
         run's, and it is unseen again from ``now``.
         """
         self.history.pop(name, None)
+        self.points.pop(name, None)
+        self.per_miss.pop(name, None)
         self.seen[name] = now
 
     def unseen(self, measured, now: float) -> set:

@@ -27,7 +27,10 @@ split into a core part and a memory part; a candidate placement changes
   thread on a core adds ``SMT_YIELD`` of a core;
 * without the stalled-cycles event, the stall share is the larger of what
   the LLC misses explain (``MISS_CYCLES`` each) and, for a
-  memory-intensive guest, the CPI beyond ``CORE_CPI``;
+  memory-intensive guest, the CPI beyond ``CORE_CPI``; for a guest that is
+  not memory-intensive the optimizer may pass a stall share learned from
+  the guest's own samples instead (its ``GuestLoad.stall``, as if
+  measured: :meth:`~nova_numa_overhead.compute.optimizer.Optimizer.loads`);
 * its LLC misses: the node's LLC is shared by the memory-intensive vCPUs
   running there (``LLC_VCPUS_PER_CORE`` of them per core fit);
 * its memory stalls: latency of each (vCPU node, memory node) pair (the
@@ -127,6 +130,7 @@ class GuestLoad:
     rpi: float                # LLC references per instruction
     mpi: float                # LLC misses per instruction
     stall: float | None = None  # share of cycles stalled, if measured
+    #                             (or learned: see the module's doc)
     measured_mbps: float | None = None  # resctrl bandwidth, if measured
 
     @property

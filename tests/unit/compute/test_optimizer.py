@@ -10,7 +10,6 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-import collections
 import dataclasses
 from unittest import mock
 
@@ -68,8 +67,8 @@ class OptimizerTestCase(test_agent.AgentTestCase):
 
     def progress(self, agent, name, ips, after, samples=3):
         """``samples`` seconds of ``name`` at ``ips`` after ``after``."""
-        rates = agent.optimizer.history.setdefault(
-            name, collections.deque(maxlen=optimizer.HISTORY))
+        rates = agent.optimizer.history.setdefault(name,
+                                                   optimizer.Progress())
         for i in range(samples):
             rates.append(optimizer.Rates(after + 1 + i, ips, 2.0 * ips,
                                          0.04 * ips, 0.02 * ips))
@@ -1013,3 +1012,264 @@ class TestStatus(OptimizerTestCase):
         self.assertEqual(1, agent.optimizer.status()['backing_off'])
         self.clock.now += optimizer.BACKOFF_BASE + 1
         self.assertEqual(0, agent.optimizer.status()['backing_off'])
+
+
+class TestProgress(OptimizerTestCase):
+
+    def test_last_samples_oldest_first(self):
+        progress = optimizer.Progress()
+        self.assertEqual([], list(progress))
+        total = optimizer.HISTORY + 5
+        for i in range(total):
+            progress.append(optimizer.Rates(float(i), 1.0 * i, 2.0 * i,
+                                            3.0, 4.0))
+        self.assertEqual(optimizer.HISTORY, len(progress))
+        rates = list(progress)
+        self.assertEqual([float(i) for i in range(5, total)],
+                         [r.at for r in rates])
+        self.assertEqual(optimizer.Rates(float(total - 1), total - 1.0,
+                                         2.0 * (total - 1), 3.0, 4.0),
+                         rates[-1])
+
+    def test_mean_of_the_last_window(self):
+        self.remote()
+        agent = self.start(cycles=8)
+        opt = agent.optimizer
+        self.assertIsInstance(opt.history['a'], optimizer.Progress)
+        self.assertEqual(7, len(opt.history['a']))
+        self.progress(agent, 'a', 3 * IPS, self.clock.now)
+        self.assertEqual(3 * IPS, opt._mean('a').ips)
+
+    def test_mean_since(self):
+        progress = optimizer.Progress()
+        for i in range(optimizer.HISTORY + 3):
+            progress.append(optimizer.Rates(float(i), float(i), 2.0 * i,
+                                            0.0, 1.0))
+        last = optimizer.HISTORY + 2
+        mean = progress.mean(None, 3)
+        self.assertEqual((float(last), last - 1.0, 2.0 * (last - 1), 1.0),
+                         (mean.at, mean.ips, mean.cps, mean.mps))
+        # Three samples after last - 3: the last three.
+        self.assertEqual(last - 1.0, progress.mean(last - 3.0, 3).ips)
+        # Only two after last - 2.
+        self.assertIsNone(progress.mean(last - 2.0, 3))
+        self.assertIsNone(progress.mean(None, optimizer.HISTORY + 1))
+        # The same as the mean over the samples as objects.
+        rates = [r for r in progress if r.at > 10.0][-5:]
+        self.assertEqual(sum(r.cps for r in rates) / 5,
+                         progress.mean(10.0, 5).cps)
+
+
+class TestLearnedStalls(OptimizerTestCase):
+    """Without the stalled-cycles event, what an LLC miss costs a guest
+    that is not memory-intensive is learned from its own samples.
+    """
+
+    CORE = 0.55          # CPI without misses
+    PER_MISS = 250.0     # cycles a miss costs it (no overlap)
+
+    def samples(self, agent, misses, refs=0.002, per_miss=None,
+                jitter=None):
+        """One second per misses-per-instruction value of ``misses``;
+        ``jitter``: CPI off the line by these amounts in turn.
+        """
+        per_miss = self.PER_MISS if per_miss is None else per_miss
+        for i, m in enumerate(misses):
+            self.clock.now += 1
+            cpi = self.CORE + per_miss * m
+            if jitter:
+                cpi += jitter[i % len(jitter)]
+            self.hv.run('a', IPS, int(cpi * IPS), int(refs * IPS),
+                        int(m * IPS), 0)
+            agent.cycle()
+        return agent
+
+    def load(self, agent):
+        return {g.name: g for g in agent.optimizer.loads()}['a']
+
+    def learned_now(self, agent):
+        """Cycles per miss the samples 'a' has now would teach."""
+        opt = agent.optimizer
+        kept = opt.per_miss.pop('a', None)
+        opt.loads()
+        now = opt.per_miss.pop('a', None)
+        if kept is not None:
+            opt.per_miss['a'] = kept
+        return now
+
+    def learned(self, agent):
+        """Cycles per miss learned for 'a' at a pass (None: not)."""
+        agent.optimizer.loads()
+        return agent.optimizer.per_miss.get('a')
+
+    def test_cycles_per_miss_learned_as_neighbours_come_and_go(self):
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0004, 0.0004, 0.0004, 0.0004, 0.0004,
+                              0.0010, 0.0010, 0.0010, 0.0010, 0.0010,
+                              0.0008, 0.0008, 0.0008])
+        self.assertAlmostEqual(self.PER_MISS, self.learned(agent),
+                               delta=5.0)
+        # The last three samples: 0.0008 misses per instruction, CPI 0.75.
+        self.assertAlmostEqual(self.PER_MISS * 0.0008 / 0.75,
+                               self.load(agent).stall, places=2)
+
+    def test_kept_when_the_samples_stop_varying(self):
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0004] * 6 + [0.0010] * 6)
+        learned = self.learned(agent)
+        self.assertIsNotNone(learned)
+        # Samples alike until the earlier ones weigh next to nothing: no
+        # spread to learn from, what was learned stays.
+        self.samples(agent, [0.0010] * (5 * optimizer.STALL_POINTS))
+        self.assertIsNone(self.learned_now(agent))
+        self.assertEqual(learned, self.learned(agent))
+        self.assertAlmostEqual(learned * 0.0010 / 0.80,
+                               self.load(agent).stall, places=2)
+
+    def test_not_learned_without_spread(self):
+        # Misses per instruction within 5%: CPI does not show their cost.
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.00100, 0.00105, 0.00095] * 5)
+        self.assertIsNone(self.learned(agent))
+        self.assertIsNone(self.load(agent).stall)
+
+    def test_not_learned_when_cpi_does_not_follow_the_misses(self):
+        # CPI moves as much for another reason (other vCPUs on its cores).
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0004, 0.0010] * 6, per_miss=0.0,
+                             jitter=[0.3, 0.3, 0.0, 0.0])
+        self.assertIsNone(self.learned(agent))
+
+    def test_not_for_memory_intensive_guests(self):
+        # 20 LLC references per 1,000 instructions: the model's own rules
+        # (MISS_CYCLES, a CPI above a core's) stand, and its samples are
+        # not fitted (their misses rise with the controllers' queueing).
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.004] * 6 + [0.010] * 6 + [0.008] * 3,
+                             refs=0.02, per_miss=100.0)
+        self.assertIsNone(self.learned(agent))
+        self.assertIsNone(self.load(agent).stall)
+        self.assertNotIn('a', agent.optimizer.points)
+
+    def test_learned_while_light_applies_only_while_light(self):
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0004] * 6 + [0.0010] * 6)
+        learned = self.learned(agent)
+        self.assertIsNotNone(learned)
+        # A memory-intensive phase: its samples are left out of the fit,
+        # and the learned cost does not apply to it.
+        self.samples(agent, [0.004, 0.012] * 10, refs=0.02, per_miss=20.0)
+        self.assertEqual(learned, self.learned(agent))
+        self.assertIsNone(self.load(agent).stall)
+
+    def test_never_below_miss_cycles(self):
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0004] * 6 + [0.0010] * 6, per_miss=10.0)
+        self.assertEqual(optimizer.cost.MISS_CYCLES, self.learned(agent))
+
+    def test_forgotten_when_the_cpi_stops_following(self):
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0004] * 6 + [0.0010] * 6)
+        self.assertIsNotNone(self.learned(agent))
+        # Misses per instruction still vary, CPI no longer with them.
+        self.samples(agent, [0.0004, 0.0010] * optimizer.STALL_POINTS,
+                     per_miss=0.0, jitter=[0.3, 0.3, 0.0, 0.0])
+        self.assertIsNone(self.learned(agent))
+        self.assertIsNone(self.load(agent).stall)
+
+    def test_bad_counters_are_left_out(self):
+        self.remote()
+        agent = self.make_agent()
+        self.samples(agent, [0.0004] * 6 + [0.0010] * 6)
+        sums = list(agent.optimizer.points['a'])
+        # An LLC misses counter that went backwards (reset, multiplexing
+        # gone wrong): the sample is not fitted.
+        self.clock.now += 1
+        self.hv.run('a', IPS, int(0.8 * IPS), int(0.002 * IPS),
+                    -int(0.001 * IPS), 0)
+        agent.cycle()
+        self.assertEqual(sums, agent.optimizer.points['a'])
+
+    def test_off(self):
+        self.flags(group='numa_overhead_agent', learn_miss_cost=False)
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0004] * 6 + [0.0010] * 6)
+        self.assertIsNone(self.load(agent).stall)
+
+    def test_forgotten_when_it_leaves(self):
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0004] * 6 + [0.0010] * 6)
+        self.assertIsNotNone(self.learned(agent))
+        del self.hv.guests['a']
+        self.clock.now += 1
+        agent.cycle()
+        self.assertNotIn('a', agent.optimizer.points)
+        self.assertNotIn('a', agent.optimizer.per_miss)
+
+    def test_capped(self):
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0002] * 5 + [0.0004] * 5 + [0.0003] * 3,
+                             per_miss=5000.0)
+        self.assertEqual(optimizer.STALL_MAX_CYCLES, self.learned(agent))
+
+    def test_the_stall_counter_comes_first(self):
+        self.remote()
+        agent = self.make_agent()
+        for i, m in enumerate([0.0004] * 6 + [0.0010] * 6):
+            self.clock.now += 1
+            cpi = self.CORE + self.PER_MISS * m
+            # A tenth of its cycles stalled, as the event reads it.
+            self.hv.run('a', IPS, int(cpi * IPS), int(0.002 * IPS),
+                        int(m * IPS), int(0.1 * cpi * IPS))
+            agent.cycle()
+        self.assertAlmostEqual(0.1, self.load(agent).stall, places=2)
+
+    def test_forgotten_when_it_starts_again(self):
+        self.remote()
+        agent = self.samples(self.make_agent(),
+                             [0.0004] * 6 + [0.0010] * 6)
+        self.assertIsNotNone(self.learned(agent))
+        agent.optimizer.restarted('a', self.clock.now)
+        self.assertNotIn('a', agent.optimizer.per_miss)
+        self.assertNotIn('a', agent.optimizer.points)
+
+    def test_a_thrashed_light_guest_is_moved_off_the_thrasher(self):
+        # 'a' (light, 2 vCPUs) shares node 0 (8 CPUs) with 'b', 4 vCPUs
+        # streaming through the LLC; node 1 is idle. Without the stalled-cycles
+        # event the model charged a miss MISS_CYCLES and saw too little
+        # gain to pay for moving 'a'; its own samples show a miss costs it
+        # PER_MISS.
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        self.hv.add('b', {0: 8 * GIB}, vcpu_node=0, vcpus=4,
+                    extra_specs={'numa_overhead:rebalance': 'false'})
+        agent = self.make_agent()
+        misses = [0.0001] * 5 + [0.0008] * 8
+
+        def run(learn):
+            agent.optimizer.per_miss.clear()
+            agent.optimizer.points.clear()
+            for m in misses:
+                self.clock.now += 1
+                self.hv.run('a', IPS, int((self.CORE + self.PER_MISS * m) *
+                                          IPS), int(0.002 * IPS),
+                            int(m * IPS), 0)
+                self.work('b', ips=4 * IPS)
+                agent.cycle()
+            if not learn:
+                agent.optimizer.per_miss.clear()
+                agent.optimizer.points.clear()
+            return [a.guest for a in agent.optimizer.plan(self.clock.now)]
+
+        self.assertEqual([], run(learn=False))
+        self.assertEqual(['a'], run(learn=True))
