@@ -259,8 +259,7 @@ class Optimizer:
             x = min(misses, refs) / instructions if instructions > 0 else -1
             y = cycles / instructions if instructions > 0 else -1
             if 0 <= x < math.inf and 0 < y < math.inf and \
-                    refs / instructions * 1000.0 < \
-                    cost.MEMORY_INTENSIVE_RPKI:
+                    not cost.intensive(refs / instructions):
                 sums = self.points.setdefault(name, [0.0] * 6)
                 keep = 1.0 - 1.0 / STALL_POINTS
                 for i, v in enumerate((1.0, x, y, x * x, y * y, x * y)):
@@ -418,7 +417,7 @@ class Optimizer:
         per_miss = self.per_miss.get(name)
         if per_miss is None or not self.opts.learn_miss_cost or \
                 mean.ips <= 0 or mean.cps <= 0 or \
-                mean.rps / mean.ips * 1000.0 >= cost.MEMORY_INTENSIVE_RPKI:
+                cost.intensive(mean.rps / mean.ips):
             return None
         mpi = min(mean.mps, mean.rps) / mean.ips
         return min(per_miss * mpi / (mean.cps / mean.ips), cost.MAX_STALL)

@@ -135,7 +135,7 @@ class GuestLoad:
 
     @property
     def intensive(self) -> bool:
-        return self.rpi * 1000.0 >= MEMORY_INTENSIVE_RPKI
+        return intensive(self.rpi)
 
     @property
     def traffic_mbps(self) -> float:
@@ -369,6 +369,13 @@ class Model:
         the host's throughput, each guest counting once).
         """
         return sum(r - 1.0 for r in self.predict(changes).values())
+
+
+def intensive(rpi: float) -> bool:
+    """Whether a guest making ``rpi`` LLC references per instruction is
+    memory-intensive (``MEMORY_INTENSIVE_RPKI`` per 1,000 or more).
+    """
+    return rpi * 1000.0 >= MEMORY_INTENSIVE_RPKI
 
 
 def even(nodes) -> dict:
