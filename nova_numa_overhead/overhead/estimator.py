@@ -127,7 +127,7 @@ class Topology:
                          for i in range(n)))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Observation:
     """One domain's smoothed metrics and where it runs and lives.
 

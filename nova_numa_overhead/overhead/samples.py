@@ -36,16 +36,21 @@ class Sample:
 
     def metrics(self) -> 'Metrics | None':
         """The paper's three metrics, or None when the interval is empty."""
+        values = self.values()
+        return Metrics(*values) if values is not None else None
+
+    def values(self) -> tuple | None:
+        """:meth:`metrics` as a tuple (no object for the window to drop)."""
         if self.cycles <= 0 or self.instructions < 0:
             return None
         refs = max(self.llc_references, 0.0)
         misses = min(max(self.llc_misses, 0.0), refs)
         hit_rate = 1.0 - misses / refs if refs > 0 else 1.0
         cycle_loss = min(max(self.stall_cycles, 0.0) / self.cycles, 1.0)
-        return Metrics(hit_rate, cycle_loss, self.instructions / self.cycles)
+        return hit_rate, cycle_loss, self.instructions / self.cycles
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Metrics:
     """LLC hit rate (0-1), cycle loss to LLC misses (0-1), IPC."""
 
@@ -63,7 +68,7 @@ class SlidingWindow:
         if size < 1:
             raise ValueError('window size must be >= 1, got %r' % size)
         # float32: plenty for ratios, half the memory per guest.
-        self._data = array.array('f', bytes(4 * _FIELDS * size))
+        self._data = array.array('f', [0.0] * (_FIELDS * size))
         self._size = size
         self._next = 0
         self._count = 0
@@ -72,32 +77,38 @@ class SlidingWindow:
         return self._count
 
     def add(self, metrics: Metrics) -> None:
+        self._add(metrics.llc_hit_rate, metrics.cycle_loss, metrics.ipc)
+
+    def _add(self, hit_rate, cycle_loss, ipc) -> None:
         base = self._next * _FIELDS
-        self._data[base] = metrics.llc_hit_rate
-        self._data[base + 1] = metrics.cycle_loss
-        self._data[base + 2] = metrics.ipc
+        self._data[base] = hit_rate
+        self._data[base + 1] = cycle_loss
+        self._data[base + 2] = ipc
         self._next = (self._next + 1) % self._size
         self._count = min(self._count + 1, self._size)
 
     def add_sample(self, sample: Sample) -> bool:
         """Add a sample's metrics; returns False for an empty interval."""
-        metrics = sample.metrics()
-        if metrics is None:
+        values = sample.values()
+        if values is None:
             return False
-        self.add(metrics)
+        self._add(*values)
         return True
 
     def mean(self) -> 'Metrics | None':
         if not self._count:
             return None
-        sums = [0.0] * _FIELDS
-        data = self._data
-        for slot in range(self._count):
-            base = slot * _FIELDS
-            for f in range(_FIELDS):
-                sums[f] += data[base + f]
+        # Added up slot after slot, in floats (not sum(): Python 3.12
+        # compensates float sums, which would change the last digits, and
+        # so maybe a level, from one Python to another).
+        hit_rate = cycle_loss = ipc = 0.0
+        slots = iter(self._data[:self._count * _FIELDS])
+        for hit, loss, rate in zip(slots, slots, slots):
+            hit_rate += hit
+            cycle_loss += loss
+            ipc += rate
         n = float(self._count)
-        return Metrics(sums[0] / n, sums[1] / n, sums[2] / n)
+        return Metrics(hit_rate / n, cycle_loss / n, ipc / n)
 
 
 class WindowSet:
