@@ -86,7 +86,7 @@ def error_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Outcome:
     """The agent's last action on a guest, and how it went."""
 
@@ -567,9 +567,10 @@ class Agent:
 
     def guests_per_node(self) -> list:
         counts = [0] * self.topology.size
+        guests = self.collector.guests
         for name in self.domains:
-            state = self.collector.guests.get(name)
-            for node, mb in (state.memory_mb if state else {}).items():
+            state = guests.get(name)
+            for node, mb in (state.memory_items() if state else ()):
                 if mb >= 1 and 0 <= node < len(counts):
                     counts[node] += 1
         return counts
@@ -672,13 +673,13 @@ class Agent:
         with the nodes it may land on and where its vCPUs run.
         """
         out = []
+        guests = self.collector.guests
         for name, domain in self.domains.items():
             if name == without:
                 continue
-            state = self.collector.guests.get(name)
-            touched = state.memory_mb if state else {}
-            cpu = state.cpu if state else {}
-            near = max(cpu, key=lambda n: (cpu[n], -n)) if cpu else None
+            state = guests.get(name)
+            touched = state.memory_items() if state else ()
+            near = state.near if state else None
             # The agent's own restriction from this cycle on, else the
             # nodeset the guest was listed with.
             nodes = self.restrictions.get(name, ((), ()))[0] or \

@@ -44,18 +44,19 @@ LOG = logging.getLogger(__name__)
 class GuestState:
     """What the collector keeps per guest between samples.
 
-    Placement is kept as tuples of (node, value) pairs, handed out as
-    dicts: a guest costs the agent well under 2 KiB.
+    Placement is kept as flat tuples (node, value, node, value...),
+    handed out as dicts: a guest costs the agent well under 2 KiB.
     """
 
     __slots__ = ('last', 'last_time', '_cpu', '_memory', 'delta', 'seconds',
-                 '_bytes', '_bytes_time', '_bandwidth')
+                 '_bytes', '_bytes_time', '_bandwidth', '_near')
 
     def __init__(self):
         self.last = None         # DomainCounters of the previous read
         self.last_time = 0.0
         self._cpu = ()
         self._memory = ()
+        self._near = None        # the cpu node most of its vCPUs are on
         self.delta = None        # (instructions, cycles, refs, misses)
         self.seconds = 0.0
         # Memory traffic (resctrl): the previous cumulative read, as
@@ -79,27 +80,56 @@ class GuestState:
     @property
     def cpu(self) -> dict:
         """Node -> fraction of the guest's vCPUs there."""
-        return dict(self._cpu)
+        return dict(_pairs(self._cpu))
 
     @cpu.setter
     def cpu(self, value: dict) -> None:
-        self._cpu = tuple(value.items())
+        self._cpu = _flat(value)
+        self._near = None
+
+    @property
+    def near(self) -> int | None:
+        """The node with the largest share of the guest's vCPUs (the
+        lowest of equals); None when unknown.
+        """
+        if self._near is None and self._cpu:
+            cpu = self.cpu
+            self._near = max(cpu, key=lambda n: (cpu[n], -n))
+        return self._near
 
     @property
     def memory_mb(self) -> dict:
         """Node -> MiB of the guest's memory there."""
-        return dict(self._memory)
+        return dict(_pairs(self._memory))
 
     @memory_mb.setter
     def memory_mb(self, value: dict) -> None:
-        self._memory = tuple(value.items())
+        self._memory = _flat(value)
+
+    def memory_items(self):
+        """(node, MiB) pairs of :attr:`memory_mb`, no dict built."""
+        return _pairs(self._memory)
+
+
+def _flat(per_node: dict) -> tuple:
+    return tuple(x for pair in per_node.items() for x in pair)
+
+
+def _pairs(flat: tuple):
+    items = iter(flat)
+    return zip(items, items)
 
 
 def fractions(per_node: dict) -> dict:
-    total = float(sum(v for v in per_node.values() if v > 0))
+    return _fractions(per_node.items())
+
+
+def _fractions(items) -> dict:
+    items = tuple(items)
+    total = float(sum(v for _n, v in items if v > 0))
     if total <= 0:
         return {}
-    return {n: v / total for n, v in per_node.items() if v > 0}
+    return {n: v / total for n, v in items if v > 0}
 
 
 def _reading(name: str, per_node) -> tuple | None:
@@ -250,11 +280,13 @@ class Collector:
     def observations(self) -> list:
         result = []
         for name, state in self.guests.items():
-            mean = self.windows.mean(name)
-            memory = fractions(state.memory_mb)
-            cpu = state.cpu
-            if mean is None or not cpu or not memory:
+            if not state._cpu:
                 continue
+            memory = _fractions(state.memory_items())
+            mean = self.windows.mean(name) if memory else None
+            if mean is None:
+                continue
+            cpu = state.cpu
             result.append(estimator.Observation(
                 llc_hit_rate=mean.llc_hit_rate, cycle_loss=mean.cycle_loss,
                 ipc=mean.ipc, cpu=cpu, memory=memory))

@@ -24,7 +24,7 @@ fewest nodes to choose from land first: they have no other place to go.
 import dataclasses
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Commitment:
     """Memory a guest was given and has not touched yet.
 
@@ -38,13 +38,15 @@ class Commitment:
     near: int | None = None
 
 
-def commitment(memory_mb: float, touched: dict, nodes=(),
+def commitment(memory_mb: float, touched, nodes=(),
                near: int | None = None) -> Commitment:
     """A guest's commitment: its configured size minus what it touched
-    (``touched``: node -> MiB).
+    (``touched``: node -> MiB, or its (node, MiB) pairs).
     """
-    left = float(memory_mb) - sum(max(mb, 0) for mb in touched.values())
-    return Commitment(max(left, 0.0), tuple(sorted(set(nodes))), near)
+    pairs = touched.items() if isinstance(touched, dict) else touched
+    left = float(memory_mb) - sum(max(mb, 0) for _node, mb in pairs)
+    return Commitment(max(left, 0.0), tuple(sorted(set(nodes))) if nodes
+                      else (), near)
 
 
 def landing(free_mb, distances, commitments) -> list:
