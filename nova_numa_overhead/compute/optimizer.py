@@ -68,8 +68,8 @@ MOVE_COST = 0.5          # guest speed lost while its pages are in flight
 BACKOFF_BASE = 60.0      # seconds left alone after a first undo
 BACKOFF_MAX = 3600.0
 HOLD = 30.0              # seconds a kept move is left before the next
-HISTORY = 32             # samples of progress kept per guest (and the
-#                          most loop_window can ask for)
+HISTORY = 32             # samples of progress a guest may keep: the most
+#                          loop_window can ask for (each keeps loop_window)
 EXPIRE = 120.0           # seconds after settling a verdict may wait for
 FALLBACK_RATE = 2048.0   # MiB/s assumed without migrate_rate_mb_per_s
 MIN_SHIFT = 0.05         # share of a guest's pages worth a move
@@ -110,24 +110,33 @@ class Rates:
 
 
 class Progress:
-    """A guest's last HISTORY samples of :class:`Rates`, oldest first, as
-    a ring of floats (1.3 KiB a guest; as objects they took about 6).
+    """A guest's last ``size`` (HISTORY at most) samples of
+    :class:`Rates`, oldest first, as a ring of floats: 40 bytes a sample
+    (as objects they took about 190).
     """
 
-    __slots__ = ('_data', '_next', '_count')
+    __slots__ = ('_data', '_size', '_next', '_count')
     WIDTH = 5
 
-    def __init__(self):
-        self._data = array.array('d', bytes(8 * self.WIDTH * HISTORY))
+    def __init__(self, size: int = HISTORY):
+        self._data = array.array('d', [0.0] * (self.WIDTH * size))
+        self._size = size
         self._next = 0
         self._count = 0
 
     def append(self, rates: Rates) -> None:
-        i = self._next * self.WIDTH
-        self._data[i:i + self.WIDTH] = array.array(
-            'd', (rates.at, rates.ips, rates.cps, rates.rps, rates.mps))
-        self._next = (self._next + 1) % HISTORY
-        self._count = min(self._count + 1, HISTORY)
+        self.add(rates.at, rates.ips, rates.cps, rates.rps, rates.mps)
+
+    def add(self, at, ips, cps, rps, mps) -> None:
+        """:meth:`append` without the :class:`Rates` object."""
+        data, i = self._data, self._next * self.WIDTH
+        data[i] = at
+        data[i + 1] = ips
+        data[i + 2] = cps
+        data[i + 3] = rps
+        data[i + 4] = mps
+        self._next = (self._next + 1) % self._size
+        self._count = min(self._count + 1, self._size)
 
     def __len__(self) -> int:
         return self._count
@@ -135,7 +144,7 @@ class Progress:
     def __iter__(self):
         start = self._next - self._count
         for k in range(self._count):
-            i = (start + k) % HISTORY * self.WIDTH
+            i = (start + k) % self._size * self.WIDTH
             yield Rates(*self._data[i:i + self.WIDTH])
 
     def mean(self, since, window: int) -> Rates | None:
@@ -146,7 +155,7 @@ class Progress:
         found = []
         k = self._next
         for _ in range(min(self._count, window)):
-            k = (k - 1) % HISTORY
+            k = (k - 1) % self._size
             if since is not None and data[k * width] <= since:
                 break
             found.append(k * width)
@@ -215,8 +224,9 @@ class Optimizer:
         self.standing: dict = {}
         # name -> the sums of a least-squares fit of CPI on misses per
         # instruction over its samples, each older one weighing 1 /
-        # STALL_POINTS less ([weight, x, y, xx, yy, xy]: six floats, not
-        # the samples), and the cycles per miss last learned from them.
+        # STALL_POINTS less ([weight, x, y, xx, yy, xy]: an array of six
+        # floats, not the samples), and the cycles per miss last learned
+        # from them.
         self.points: dict = {}
         self.per_miss: dict = {}
         self.next_pass = None
@@ -250,9 +260,12 @@ class Optimizer:
                 continue
             instructions, cycles, refs, misses = state.delta
             s = state.seconds
-            rates = self.history.setdefault(name, Progress())
-            rates.append(Rates(now, instructions / s, cycles / s, refs / s,
-                               misses / s))
+            rates = self.history.get(name)
+            if rates is None:
+                # No mean looks further back than loop_window samples.
+                rates = self.history[name] = Progress(self.opts.loop_window)
+            rates.add(now, instructions / s, cycles / s, refs / s,
+                      misses / s)
             # Only the samples where it is light: a memory-intensive
             # guest's misses rise with the controllers' queueing, which the
             # slope would count again.
@@ -260,7 +273,9 @@ class Optimizer:
             y = cycles / instructions if instructions > 0 else -1
             if 0 <= x < math.inf and 0 < y < math.inf and \
                     not cost.intensive(refs / instructions):
-                sums = self.points.setdefault(name, [0.0] * 6)
+                sums = self.points.get(name)
+                if sums is None:
+                    sums = self.points[name] = array.array('d', [0.0] * 6)
                 keep = 1.0 - 1.0 / STALL_POINTS
                 for i, v in enumerate((1.0, x, y, x * x, y * y, x * y)):
                     sums[i] = sums[i] * keep + v
