@@ -95,7 +95,7 @@ class Recorded:
     undone: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class DomainInfo:
     """A running guest as the agent needs to know it.
 

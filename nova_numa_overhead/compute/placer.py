@@ -61,7 +61,7 @@ NODESET = 'nodeset'
 PAGES = 'pages'
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Decision:
     """What the placer decided for one guest, and what it did."""
 

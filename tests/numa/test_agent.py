@@ -20,6 +20,7 @@ hardware counters are scripted: under TCG there is no PMU, and they are
 the workload signal (a memory-bound guest) the levels are computed from.
 """
 
+import dataclasses
 import os
 import uuid as uuid_mod
 
@@ -75,8 +76,7 @@ class ProcessHypervisor(hv_mod.Hypervisor):
         result = []
         for domain in self.guests.values():
             nodes = cgroups.memory_nodes(domain.pid)
-            result.append(hv_mod.DomainInfo(**dict(
-                domain.__dict__, allowed_nodes=nodes)))
+            result.append(dataclasses.replace(domain, allowed_nodes=nodes))
         return result
 
     def enable_counters(self, domain):
