@@ -148,20 +148,46 @@ def _host_states(hosts):
     return states
 
 
-def _wait_for_reports(store, pols, timeout: float = 10.0) -> None:
+def _wait_for_reports(store, pols, timeout: float = 60.0) -> None:
     """Until the store holds every report the agents sent: the run does
     not depend on how fast the transport delivers.
+
+    Every host whose agent has sent a report is waited for, the one sent
+    at second 0 too (its ``last_report`` is 0.0, which is false: testing
+    that skipped the wait, so whether the first reports were in the store
+    for the next arrivals depended on the listener thread's timing, and a
+    cluster's figures on what the process had run before and on the load
+    of the machine). A report that does not arrive stops the run rather
+    than change its figures.
     """
     deadline = time.monotonic() + timeout
     for hname, policy in pols.items():
-        want = policy.agent.seq if policy.agent.last_report else None
+        want = policy.publisher.sent
         if want is None:
             continue
-        while time.monotonic() < deadline:
+        while True:
             entry = store.get(hname)
             if entry is not None and entry.report.seq >= want:
                 break
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    'report %d of %s did not reach the scheduler in %d s'
+                    % (want, hname, timeout))
             time.sleep(0.001)
+
+
+class _Publisher:
+    """The agent's publisher, remembering the last report it sent."""
+
+    def __init__(self, publisher):
+        self.publisher = publisher
+        self.sent = None
+
+    def publish(self, report) -> bool:
+        sent = self.publisher.publish(report)
+        if sent:
+            self.sent = report.seq
+        return sent
 
 
 def _least_loaded_node(host):
@@ -189,7 +215,8 @@ def run_policy(scenario, name, transport_url=None, tick=None):
         policy.attach(hv, scenario)
         if ours:
             policy.agent.host = hname
-            policy.agent.publisher = rpc.ReportPublisher(sched.conf)
+            policy.publisher = _Publisher(rpc.ReportPublisher(sched.conf))
+            policy.agent.publisher = policy.publisher
         hosts[hname], hvs[hname], pols[hname] = host, hv, policy
     timeline = runner.Timeline(scenario)
     recorder = runner.Recorder(timeline, tick)

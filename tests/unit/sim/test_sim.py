@@ -458,6 +458,44 @@ class TestClusterScheduler(testtools.TestCase):
         self.assertEqual('h1', sched.pick(states, 4 * GIB, {}, vcpus=2))
         self.assertEqual(['h1'], seen)
 
+    def test_the_reports_of_second_0_are_waited_for(self):
+        # An agent that reported at second 0 has last_report 0.0: its
+        # report was not waited for, and whether it was in the store at
+        # the next arrival depended on the listener thread's timing.
+        import threading
+        import types
+
+        from nova_numa_overhead.sim import cluster
+
+        class Sent:
+            def publish(self, report):
+                return True
+
+        class Store:
+            def __init__(self):
+                self.entries = {}
+
+            def get(self, host):
+                return self.entries.get(host)
+
+        publisher = cluster._Publisher(Sent())
+        agent = types.SimpleNamespace(seq=1, last_report=0.0)
+        pols = {'h1': types.SimpleNamespace(agent=agent,
+                                            publisher=publisher)}
+        store = Store()
+        cluster._wait_for_reports(store, pols, timeout=0.05)
+        self.assertTrue(publisher.publish(types.SimpleNamespace(seq=1)))
+        self.assertEqual(1, publisher.sent)
+        self.assertRaises(RuntimeError, cluster._wait_for_reports, store,
+                          pols, timeout=0.05)
+        entry = types.SimpleNamespace(report=types.SimpleNamespace(seq=1))
+        timer = threading.Timer(0.05, store.entries.__setitem__,
+                                ('h1', entry))
+        timer.start()
+        self.addCleanup(timer.cancel)
+        cluster._wait_for_reports(store, pols, timeout=5)
+        self.assertIs(entry, store.get('h1'))
+
 
 class TestNoHarm(testtools.TestCase):
     """The default configuration never gets a guest killed out of memory
