@@ -423,12 +423,21 @@ class Optimizer:
             if mx > 0 and vx > 0 and math.sqrt(vx) >= STALL_SPREAD * mx:
                 if vy > 0 and cov / math.sqrt(vx * vy) >= STALL_FIT:
                     # Never below what the model charges a miss anyway.
-                    self.per_miss[name] = min(max(cov / vx, cost.MISS_CYCLES),
-                                              STALL_MAX_CYCLES)
-                else:
+                    learned = min(max(cov / vx, cost.MISS_CYCLES),
+                                  STALL_MAX_CYCLES)
+                    if name not in self.per_miss:
+                        LOG.info('Learned from the samples of %(guest)s '
+                                 'that an LLC miss costs it about '
+                                 '%(cycles).0f cycles (the cost model '
+                                 'charges %(default).0f without it)',
+                                 {'guest': name, 'cycles': learned,
+                                  'default': cost.MISS_CYCLES})
+                    self.per_miss[name] = learned
+                elif self.per_miss.pop(name, None) is not None:
                     # Its misses vary and its CPI does not follow them
                     # (any more): what was learned no longer holds.
-                    self.per_miss.pop(name, None)
+                    LOG.info('Forgot what an LLC miss costs %s: its CPI no '
+                             'longer follows its misses', name)
         per_miss = self.per_miss.get(name)
         if per_miss is None or not self.opts.learn_miss_cost or \
                 mean.ips <= 0 or mean.cps <= 0 or \
@@ -967,7 +976,8 @@ class Optimizer:
                 'waiting': len(self.checks),
                 'backing_off': sum(1 for _u, until in self.backoff.values()
                                    if until > self.agent.clock()),
-                'trust': round(self.trust, 3)}
+                'trust': round(self.trust, 3),
+                'learned_miss_cost': len(self.per_miss)}
 
 
 def _local(cpu: dict, memory: dict) -> float:

@@ -981,7 +981,7 @@ class TestStatus(OptimizerTestCase):
         self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
                           'failed': 0, 'waiting': 0, 'backing_off': 0,
-                          'trust': 1.0},
+                          'trust': 1.0, 'learned_miss_cost': 0},
                          opt.status())
         # 'b' moves later: the verdict on 'a' comes first.
         self.assertTrue(opt.apply(self.to_node1('a'), now))
@@ -991,7 +991,7 @@ class TestStatus(OptimizerTestCase):
         self.assertEqual({'moved': 2, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
                           'failed': 1, 'waiting': 2, 'backing_off': 0,
-                          'trust': 1.0},
+                          'trust': 1.0, 'learned_miss_cost': 0},
                          opt.status())
         self.progress(agent, 'a', 1.2 * IPS, now + 1)
         self.assertEqual([('a', 'kept')], opt.verdicts(now + 4))
@@ -1002,7 +1002,8 @@ class TestStatus(OptimizerTestCase):
         self.assertLess(status.pop('trust'), 1.0)
         self.assertEqual({'moved': 2, 'kept': 1, 'undone': 1, 'advised': 0,
                           'unpaid': 1, 'refused': 0, 'expired': 0,
-                          'failed': 1, 'waiting': 0, 'backing_off': 1},
+                          'failed': 1, 'waiting': 0, 'backing_off': 1,
+                          'learned_miss_cost': 0},
                          status)
 
     def test_backing_off_ends_with_the_wait(self):
@@ -1179,12 +1180,20 @@ class TestLearnedStalls(OptimizerTestCase):
         self.remote()
         agent = self.samples(self.make_agent(),
                              [0.0004] * 6 + [0.0010] * 6)
-        self.assertIsNotNone(self.learned(agent))
+        with mock.patch.object(optimizer.LOG, 'info',
+                               autospec=True) as info:
+            self.assertIsNotNone(self.learned(agent))
+        self.assertIn('Learned from the samples of', info.call_args[0][0])
+        self.assertEqual(1, agent.optimizer.status()['learned_miss_cost'])
         # Misses per instruction still vary, CPI no longer with them.
         self.samples(agent, [0.0004, 0.0010] * optimizer.STALL_POINTS,
                      per_miss=0.0, jitter=[0.3, 0.3, 0.0, 0.0])
-        self.assertIsNone(self.learned(agent))
+        with mock.patch.object(optimizer.LOG, 'info',
+                               autospec=True) as info:
+            self.assertIsNone(self.learned(agent))
+        self.assertIn('Forgot what an LLC miss costs', info.call_args[0][0])
         self.assertIsNone(self.load(agent).stall)
+        self.assertEqual(0, agent.optimizer.status()['learned_miss_cost'])
 
     def test_bad_counters_are_left_out(self):
         self.remote()
