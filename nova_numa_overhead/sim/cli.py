@@ -64,6 +64,9 @@ def run(args, out=None) -> int:
     except (OSError, ValueError) as exc:
         print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
         return 2
+    except cluster.ClusterError as exc:
+        print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
+        return 1
     data = report.summary(scenario, results)
     print(report.to_json(data) if args.format == 'json'
           else report.table(data), file=out)
@@ -101,6 +104,9 @@ def run_sweep(args, out) -> int:
     except ValueError as exc:
         print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
         return 2
+    except cluster.ClusterError as exc:
+        print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
+        return 1
     if args.format == 'json':
         print(report.to_json(dict(data, summary=sweep.distribution(data))),
               file=out)

@@ -76,7 +76,7 @@ class Scheduler:
         store.reset_store()
         self.store = store.get_store(conf) if ours else None
         if ours and not store.listener().wait(30):
-            raise RuntimeError('the report listener did not start in 30 s')
+            raise ClusterError('the report listener did not start in 30 s')
         self.filter_handler = nova_filters.HostFilterHandler()
         self.weight_handler = nova_weights.HostWeightHandler()
         self.filters = [filters.NUMAOverheadFilter()] if ours else []
@@ -148,6 +148,10 @@ def _host_states(hosts):
     return states
 
 
+class ClusterError(RuntimeError):
+    """A cluster run that cannot go on without changing its figures."""
+
+
 def _wait_for_reports(store, pols, timeout: float = 60.0) -> None:
     """Until the store holds every report the agents sent: the run does
     not depend on how fast the transport delivers.
@@ -170,7 +174,7 @@ def _wait_for_reports(store, pols, timeout: float = 60.0) -> None:
             if entry is not None and entry.report.seq >= want:
                 break
             if time.monotonic() >= deadline:
-                raise RuntimeError(
+                raise ClusterError(
                     'report %d of %s did not reach the scheduler in %d s'
                     % (want, hname, timeout))
             time.sleep(0.001)

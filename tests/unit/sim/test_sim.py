@@ -21,6 +21,7 @@ import testtools
 from nova_numa_overhead.cmd import main as cli_main
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.sim import backend
+from nova_numa_overhead.sim import cluster as sim_cluster
 from nova_numa_overhead.sim import host as host_mod
 from nova_numa_overhead.sim import model
 from nova_numa_overhead.sim import policies
@@ -486,8 +487,8 @@ class TestClusterScheduler(testtools.TestCase):
         cluster._wait_for_reports(store, pols, timeout=0.05)
         self.assertTrue(publisher.publish(types.SimpleNamespace(seq=1)))
         self.assertEqual(1, publisher.sent)
-        self.assertRaises(RuntimeError, cluster._wait_for_reports, store,
-                          pols, timeout=0.05)
+        self.assertRaises(cluster.ClusterError, cluster._wait_for_reports,
+                          store, pols, timeout=0.05)
         entry = types.SimpleNamespace(report=types.SimpleNamespace(seq=1))
         timer = threading.Timer(0.05, store.entries.__setitem__,
                                 ('h1', entry))
@@ -610,6 +611,20 @@ class TestCommand(testtools.TestCase):
         self.assertEqual(1, len(err.strip().splitlines()))
         self.assertIn('memry_gb', err)
         self.assertNotIn('Traceback', err)
+
+    def test_lost_report_is_one_line(self):
+        def lost(*args, **kwargs):
+            raise sim_cluster.ClusterError(
+                'report 1 of host-1 did not reach the scheduler in 60 s')
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.sim.cluster.run', lost))
+        rc, out, err = self.run_cli('simulate', '--scenario', 'cluster',
+                                    '--quiet')
+        self.assertEqual(1, rc)
+        self.assertEqual('', out)
+        self.assertEqual(['nova-numa-overhead simulate: report 1 of host-1 '
+                          'did not reach the scheduler in 60 s'],
+                         err.strip().splitlines())
 
     def test_sweep_json(self):
         rc, out, _ = self.run_cli('simulate', '--sweep', '2', '--seed', '5',
