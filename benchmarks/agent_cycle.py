@@ -88,20 +88,24 @@ def make_agent(conf, hv, clock):
                            clock=lambda: clock[0], sleep=lambda s: None)
 
 
-def agent_memory(conf, guests) -> int:
-    """Bytes allocated by an agent that sampled ``guests`` guests."""
+def agent_memory(conf, guests, with_agent=True) -> int:
+    """Bytes allocated while ``guests`` guests run 17 samples, sampled by
+    an agent (``with_agent``) or not: the difference is the agent's.
+    """
     rng = random.Random(11)
     clock = [0.0]
     hv = make_host(guests, rng)
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    agent = make_agent(conf, hv, clock)
+    agent = make_agent(conf, hv, clock) if with_agent else None
     for _ in range(17):
         run_counters(hv, rng)
         clock[0] += 1.0
-        agent.cycle()
-    agent.managed_guests()
+        if agent is not None:
+            agent.cycle()
+    if agent is not None:
+        agent.managed_guests()
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
@@ -137,8 +141,11 @@ def main(argv=None):
     place = time.perf_counter() - start
 
     # Memory: what the agent holds for N guests, less what it holds for
-    # none (topology, levels, buffers), per guest.
+    # none (topology, levels, buffers), per guest; the in-memory
+    # hypervisor's own counters (what its guests allocate running, with
+    # no agent) are not the agent's.
     per_guest = (agent_memory(conf, args.guests) -
+                 agent_memory(conf, args.guests, with_agent=False) -
                  agent_memory(conf, 0)) / args.guests
 
     print('%d guests on a %d-node host (best of %d cycles)'
