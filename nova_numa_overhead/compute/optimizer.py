@@ -413,6 +413,8 @@ class Optimizer:
         again (on the simulator's tuning sweeps: a scenario further below
         Nova's default and one moving more than its guests' memory).
         """
+        if not self.opts.learn_miss_cost:
+            return None
         sums = self.points.get(name)
         if sums is not None and sums[0] >= STALL_MIN_POINTS:
             w, sx, sy, sxx, syy, sxy = sums
@@ -439,8 +441,7 @@ class Optimizer:
                     LOG.info('Forgot what an LLC miss costs %s: its CPI no '
                              'longer follows its misses', name)
         per_miss = self.per_miss.get(name)
-        if per_miss is None or not self.opts.learn_miss_cost or \
-                mean.ips <= 0 or mean.cps <= 0 or \
+        if per_miss is None or mean.ips <= 0 or mean.cps <= 0 or \
                 cost.intensive(mean.rps / mean.ips):
             return None
         mpi = min(mean.mps, mean.rps) / mean.ips

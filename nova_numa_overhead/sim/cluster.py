@@ -73,6 +73,10 @@ class Scheduler:
         conf.set_override('transport_url', transport_url or 'fake://',
                           group='numa_overhead')
         conf.set_override('report_topic', topic, group='numa_overhead')
+        # Reports age on the scheduler's wall clock; a simulated second
+        # takes a fraction of one: a run paused long enough (a debugger,
+        # a suspended machine) must not see its hosts' reports expire.
+        conf.set_override('report_ttl', 10 ** 6, group='numa_overhead')
         store.reset_store()
         self.store = store.get_store(conf) if ours else None
         if ours and not store.listener().wait(30):
@@ -154,18 +158,23 @@ class ClusterError(RuntimeError):
 
 def _wait_for_reports(store, pols, timeout: float = 60.0) -> None:
     """Until the store holds every report the agents sent: the run does
-    not depend on how fast the transport delivers.
+    not depend on how fast the transport delivers. Called before each
+    arrival is scheduled and at the end of every second.
 
     Every host whose agent has sent a report is waited for, the one sent
     at second 0 too (its ``last_report`` is 0.0, which is false: testing
     that skipped the wait, so whether the first reports were in the store
     for the next arrivals depended on the listener thread's timing, and a
     cluster's figures on what the process had run before and on the load
-    of the machine). A report that does not arrive stops the run rather
-    than change its figures.
+    of the machine). A report that could not be sent, or does not reach
+    the store (lost, or refused by it), stops the run rather than change
+    its figures.
     """
     deadline = time.monotonic() + timeout
     for hname, policy in pols.items():
+        if policy.publisher.failed is not None:
+            raise ClusterError('report %d of %s could not be sent'
+                               % (policy.publisher.failed, hname))
         want = policy.publisher.sent
         if want is None:
             continue
@@ -175,22 +184,28 @@ def _wait_for_reports(store, pols, timeout: float = 60.0) -> None:
                 break
             if time.monotonic() >= deadline:
                 raise ClusterError(
-                    'report %d of %s did not reach the scheduler in %d s'
+                    'report %d of %s did not reach the scheduler\'s store '
+                    'in %d s (lost, or refused by it)'
                     % (want, hname, timeout))
             time.sleep(0.001)
 
 
 class _Publisher:
-    """The agent's publisher, remembering the last report it sent."""
+    """The agent's publisher, remembering the last report it sent and
+    the first it could not send.
+    """
 
     def __init__(self, publisher):
         self.publisher = publisher
         self.sent = None
+        self.failed = None
 
     def publish(self, report) -> bool:
         sent = self.publisher.publish(report)
         if sent:
             self.sent = report.seq
+        elif self.failed is None:
+            self.failed = report.seq
         return sent
 
 
@@ -222,6 +237,15 @@ def run_policy(scenario, name, transport_url=None, tick=None):
             policy.publisher = _Publisher(rpc.ReportPublisher(sched.conf))
             policy.agent.publisher = policy.publisher
         hosts[hname], hvs[hname], pols[hname] = host, hv, policy
+    try:
+        recorder, placed = _run(scenario, sched, hosts, hvs, pols, ours,
+                                tick)
+    finally:
+        sched.close()
+    return runner.result(name, recorder, hosts.values()), placed
+
+
+def _run(scenario, sched, hosts, hvs, pols, ours, tick):
     timeline = runner.Timeline(scenario)
     recorder = runner.Recorder(timeline, tick)
     placed = {}
@@ -229,6 +253,9 @@ def run_policy(scenario, name, transport_url=None, tick=None):
         for kind, payload in timeline.at(second):
             if kind == 'arrive':
                 plan = payload
+                if ours:
+                    # A guest that left this second made its host report.
+                    _wait_for_reports(sched.store, pols)
                 chosen = sched.pick(_host_states(hosts), plan.memory_mb,
                                     dict(plan.extra_specs), plan.vcpus)
                 if chosen is None:
@@ -255,8 +282,7 @@ def run_policy(scenario, name, transport_url=None, tick=None):
         if ours:
             _wait_for_reports(sched.store, pols)
         recorder.record(second, tput, list(hosts.values()))
-    sched.close()
-    return runner.result(name, recorder, hosts.values()), placed
+    return recorder, placed
 
 
 def run(scenario, policies=None, progress=None, transport_url=None):
@@ -269,9 +295,15 @@ def run(scenario, policies=None, progress=None, transport_url=None):
         progress.start(scenario.steps() * len(runs) + 1)
     results = {}
     for name in runs:
-        results[name], _ = run_policy(
-            scenario, name, transport_url,
-            tick=progress.tick if progress else None)
+        try:
+            results[name], _ = run_policy(
+                scenario, name, transport_url,
+                tick=progress.tick if progress else None)
+        except ClusterError as exc:
+            if progress is not None:
+                progress.done()
+            raise ClusterError('%s, policy %s: %s'
+                               % (scenario.name, name, exc)) from None
     if policies_mod.ORACLE in policies:
         results[policies_mod.ORACLE] = oracle_mod.oracle(
             scenario, runner.Timeline(scenario), results)

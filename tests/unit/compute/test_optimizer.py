@@ -67,8 +67,8 @@ class OptimizerTestCase(test_agent.AgentTestCase):
 
     def progress(self, agent, name, ips, after, samples=3):
         """``samples`` seconds of ``name`` at ``ips`` after ``after``."""
-        rates = agent.optimizer.history.setdefault(name,
-                                                   optimizer.Progress())
+        rates = agent.optimizer.history.setdefault(
+            name, optimizer.Progress(agent.opts.loop_window))
         for i in range(samples):
             rates.append(optimizer.Rates(after + 1 + i, ips, 2.0 * ips,
                                          0.04 * ips, 0.02 * ips))
@@ -1213,7 +1213,11 @@ class TestLearnedStalls(OptimizerTestCase):
         self.remote()
         agent = self.samples(self.make_agent(),
                              [0.0004] * 6 + [0.0010] * 6)
-        self.assertIsNone(self.load(agent).stall)
+        with mock.patch.object(optimizer.LOG, 'info',
+                               autospec=True) as info:
+            self.assertIsNone(self.load(agent).stall)
+        info.assert_not_called()
+        self.assertEqual(0, agent.optimizer.status()['learned_miss_cost'])
 
     def test_forgotten_when_it_leaves(self):
         self.remote()

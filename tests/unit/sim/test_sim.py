@@ -466,7 +466,7 @@ class TestClusterScheduler(testtools.TestCase):
         import threading
         import types
 
-        from nova_numa_overhead.sim import cluster
+        cluster = sim_cluster
 
         class Sent:
             def publish(self, report):
@@ -496,6 +496,21 @@ class TestClusterScheduler(testtools.TestCase):
         self.addCleanup(timer.cancel)
         cluster._wait_for_reports(store, pols, timeout=5)
         self.assertIs(entry, store.get('h1'))
+
+    def test_a_report_not_sent_stops_the_run(self):
+        import types
+
+        class Down:
+            def publish(self, report):
+                return False
+
+        publisher = sim_cluster._Publisher(Down())
+        self.assertFalse(publisher.publish(types.SimpleNamespace(seq=4)))
+        self.assertFalse(publisher.publish(types.SimpleNamespace(seq=5)))
+        pols = {'h1': types.SimpleNamespace(publisher=publisher)}
+        error = self.assertRaises(sim_cluster.ClusterError,
+                                  sim_cluster._wait_for_reports, None, pols)
+        self.assertEqual('report 4 of h1 could not be sent', str(error))
 
 
 class TestNoHarm(testtools.TestCase):
