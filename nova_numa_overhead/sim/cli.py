@@ -85,6 +85,7 @@ def run_sweep(args, out) -> int:
         print('nova-numa-overhead simulate: --sweep and --workers must be '
               '>= 1', file=sys.stderr)
         return 2
+    progress = None
     try:
         policies = tuple(p.strip() for p in args.policies.split(',')) \
             if args.policies else None
@@ -105,6 +106,8 @@ def run_sweep(args, out) -> int:
         print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
         return 2
     except cluster.ClusterError as exc:
+        if progress is not None:
+            progress.done()
         print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
         return 1
     if args.format == 'json':
