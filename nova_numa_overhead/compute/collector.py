@@ -45,7 +45,8 @@ class GuestState:
     """What the collector keeps per guest between samples.
 
     Placement is kept as flat tuples (node, value, node, value...),
-    handed out as dicts: a guest costs the agent well under 2 KiB.
+    handed out as dicts or (node, value) pairs: fewer objects per guest
+    than dicts or tuples of pairs.
     """
 
     __slots__ = ('last', 'last_time', '_cpu', '_memory', 'delta', 'seconds',
@@ -56,7 +57,7 @@ class GuestState:
         self.last_time = 0.0
         self._cpu = ()
         self._memory = ()
-        self._near = None        # the cpu node most of its vCPUs are on
+        self._near = None        # the node most of its vCPUs run on
         self.delta = None        # (instructions, cycles, refs, misses)
         self.seconds = 0.0
         # Memory traffic (resctrl): the previous cumulative read, as

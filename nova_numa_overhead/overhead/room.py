@@ -41,10 +41,9 @@ class Commitment:
 def commitment(memory_mb: float, touched, nodes=(),
                near: int | None = None) -> Commitment:
     """A guest's commitment: its configured size minus what it touched
-    (``touched``: node -> MiB, or its (node, MiB) pairs).
+    (``touched``: (node, MiB) pairs).
     """
-    pairs = touched.items() if isinstance(touched, dict) else touched
-    left = float(memory_mb) - sum(max(mb, 0) for _node, mb in pairs)
+    left = float(memory_mb) - sum(max(mb, 0) for _node, mb in touched)
     return Commitment(max(left, 0.0), tuple(sorted(set(nodes))) if nodes
                       else (), near)
 

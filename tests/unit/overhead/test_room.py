@@ -26,14 +26,15 @@ LINE = [[10, 16, 22, 28], [16, 10, 16, 22], [22, 16, 10, 16],
 class TestCommitment(testtools.TestCase):
 
     def test_configured_minus_touched(self):
-        c = room.commitment(8 * GIB, {0: 2 * GIB, 1: GIB}, (1, 0), near=0)
+        c = room.commitment(8 * GIB, {0: 2 * GIB, 1: GIB}.items(), (1, 0),
+                            near=0)
         self.assertEqual(5 * GIB, c.mb)
         self.assertEqual((0, 1), c.nodes)
         self.assertEqual(0, c.near)
 
     def test_never_negative(self):
         # A guest that touched more than its flavor (a balloon resized).
-        self.assertEqual(0, room.commitment(GIB, {0: 2 * GIB}).mb)
+        self.assertEqual(0, room.commitment(GIB, {0: 2 * GIB}.items()).mb)
 
 
 class TestLanding(testtools.TestCase):
