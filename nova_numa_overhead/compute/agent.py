@@ -159,10 +159,11 @@ class Agent:
         # Guests leaving by live migration: left alone until they are gone
         # or resume here.
         self.migrating: set = set()
-        # The latest decisions (for logs, status and tests), bounded.
-        self.decisions = collections.OrderedDict()
+        # The latest decisions (for logs, status and tests), bounded;
+        # oldest first (plain dicts: no OrderedDict links per entry).
+        self.decisions: dict = {}
         # The last action on each guest and its outcome, bounded.
-        self.outcomes = collections.OrderedDict()
+        self.outcomes: dict = {}
         self.last_report = None
         self.last_levels = None
         self.dirty = True
@@ -558,10 +559,8 @@ class Agent:
 
     def record(self, name: str, action: str, outcome: str) -> None:
         """Keep the last action on ``name`` and its outcome (bounded)."""
-        self.outcomes.pop(name, None)
-        self.outcomes[name] = Outcome(action, outcome, utc_now())
-        while len(self.outcomes) > MAX_DECISIONS:
-            self.outcomes.popitem(last=False)
+        _keep_latest(self.outcomes, name, Outcome(action, outcome,
+                                                  utc_now()))
 
     # -- reporting ----------------------------------------------------------
 
@@ -817,10 +816,7 @@ class Agent:
             # Logged outside the except clause (see cycle()).
             reason = self.guest_error(domain.name, 'Placement', error)
             decision = placer_mod.Decision(domain.name, 'failed', reason)
-        self.decisions.pop(domain.name, None)
-        self.decisions[domain.name] = decision
-        while len(self.decisions) > MAX_DECISIONS:
-            self.decisions.popitem(last=False)
+        _keep_latest(self.decisions, domain.name, decision)
         self._count_failures(decision.failed)
         if decision.action != 'failed':
             self.record(domain.name, decision.action,
@@ -1020,6 +1016,16 @@ class Agent:
                     # Its vCPUs moved (a plan where they run is no move).
                     return [guest.name]
         return []
+
+
+def _keep_latest(table: dict, name: str, value) -> None:
+    """``table[name] = value`` as its newest entry; the oldest go past
+    MAX_DECISIONS.
+    """
+    table.pop(name, None)
+    table[name] = value
+    while len(table) > MAX_DECISIONS:
+        del table[next(iter(table))]
 
 
 def _set_text(ids) -> str:

@@ -42,29 +42,41 @@ LOG = logging.getLogger(__name__)
 
 
 class GuestState:
-    """What the collector keeps per guest between samples.
+    """What the collector keeps per guest between samples: one record,
+    its sliding window included (no table per concern keyed by name).
 
     Placement is kept as flat tuples (node, value, node, value...),
     handed out as dicts or (node, value) pairs: fewer objects per guest
     than dicts or tuples of pairs.
     """
 
-    __slots__ = ('last', 'last_time', '_cpu', '_memory', 'delta', 'seconds',
-                 '_bytes', '_bytes_time', '_bandwidth', '_near')
+    __slots__ = ('last', 'last_time', '_previous_time', '_cpu', '_memory',
+                 'delta', 'window', '_bytes', '_bytes_time', '_bandwidth',
+                 '_near')
 
     def __init__(self):
         self.last = None         # DomainCounters of the previous read
         self.last_time = 0.0
+        # The time of the read before: all guests share the read's time,
+        # so the seconds between the two cost no float of their own.
+        self._previous_time = 0.0
         self._cpu = ()
         self._memory = ()
         self._near = None        # the node most of its vCPUs run on
         self.delta = None        # (instructions, cycles, refs, misses)
-        self.seconds = 0.0
+        self.window = None       # SlidingWindow, from its first sample
         # Memory traffic (resctrl): the previous cumulative read, as
         # (node, local bytes, total bytes), its time, and the last rates.
         self._bytes = None
         self._bytes_time = 0.0
         self._bandwidth = None
+
+    @property
+    def seconds(self) -> float:
+        """Seconds between the last two counter reads: what
+        :attr:`delta` covers (when there is one).
+        """
+        return self.last_time - self._previous_time
 
     @property
     def bandwidth(self) -> dict | None:
@@ -179,12 +191,30 @@ def cpu_fractions(vcpu_cpus, node_of_cpu: dict) -> dict:
     return fractions(counts)
 
 
+class Windows:
+    """The guests' sliding windows by name (each kept in its
+    :class:`GuestState`).
+    """
+
+    __slots__ = ('_guests',)
+
+    def __init__(self, guests: dict):
+        self._guests = guests
+
+    def mean(self, name: str) -> 'samples.Metrics | None':
+        state = self._guests.get(name)
+        if state is None or state.window is None:
+            return None
+        return state.window.mean()
+
+
 class Collector:
     """Keeps the per-guest windows and builds observations."""
 
     def __init__(self, window_size: int = samples.DEFAULT_WINDOW):
-        self.windows = samples.WindowSet(window_size)
+        self.window_size = window_size
         self.guests: dict = {}
+        self.windows = Windows(self.guests)
         self._bandwidth_error = None
 
     def update(self, name: str, counters, now: float) -> bool:
@@ -193,7 +223,7 @@ class Collector:
         if state is None:
             state = self.guests[name] = GuestState()
         previous, state.last = state.last, counters
-        seconds, state.last_time = now - state.last_time, now
+        state._previous_time, state.last_time = state.last_time, now
         # No sample this time: no rates either (not the last ones again).
         state.delta = None
         if previous is None or counters is None:
@@ -210,8 +240,9 @@ class Collector:
             return False
         state.delta = (sample.instructions, sample.cycles,
                        sample.llc_references, sample.llc_misses)
-        state.seconds = seconds
-        return self.windows.add(name, sample)
+        if state.window is None:
+            state.window = samples.SlidingWindow(self.window_size)
+        return state.window.add_sample(sample)
 
     def measure_bandwidth(self, hypervisor, domains, now: float) -> None:
         """Read the guests' memory traffic and keep its rates.
@@ -276,7 +307,6 @@ class Collector:
         keep = set(names)
         for name in [n for n in self.guests if n not in keep]:
             del self.guests[name]
-        self.windows.retain(keep)
 
     def observations(self) -> list:
         result = []
@@ -284,7 +314,8 @@ class Collector:
             if not state._cpu:
                 continue
             memory = _fractions(state.memory_items())
-            mean = self.windows.mean(name) if memory else None
+            window = state.window if memory else None
+            mean = window.mean() if window is not None else None
             if mean is None:
                 continue
             cpu = state.cpu

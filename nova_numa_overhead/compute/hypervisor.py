@@ -121,9 +121,11 @@ class DomainInfo:
     recorded: Recorded | None = None   # the agent's metadata, if any
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class DomainCounters:
-    """Cumulative hardware counters of a domain (all vCPUs)."""
+    """Cumulative hardware counters of a domain (all vCPUs): the collector
+    keeps the last read of every guest, so no ``__dict__`` each.
+    """
 
     instructions: int
     cycles: int

@@ -109,36 +109,3 @@ class SlidingWindow:
             ipc += rate
         n = float(self._count)
         return Metrics(hit_rate / n, cycle_loss / n, ipc / n)
-
-
-class WindowSet:
-    """One sliding window per domain, forgotten when the domain goes."""
-
-    def __init__(self, size: int = DEFAULT_WINDOW):
-        self.size = size
-        self._windows: dict[str, SlidingWindow] = {}
-
-    def add(self, domain: str, sample: Sample) -> bool:
-        window = self._windows.get(domain)
-        if window is None:
-            window = self._windows[domain] = SlidingWindow(self.size)
-        return window.add_sample(sample)
-
-    def mean(self, domain: str) -> 'Metrics | None':
-        window = self._windows.get(domain)
-        return window.mean() if window is not None else None
-
-    def forget(self, domain: str) -> None:
-        self._windows.pop(domain, None)
-
-    def retain(self, domains) -> None:
-        """Drop the windows of every domain not in ``domains``."""
-        keep = set(domains)
-        for name in [d for d in self._windows if d not in keep]:
-            del self._windows[name]
-
-    def __contains__(self, domain: str) -> bool:
-        return domain in self._windows
-
-    def __len__(self) -> int:
-        return len(self._windows)

@@ -125,6 +125,15 @@ class TestRates(base.TestCase):
         self.collector.retain([])
         self.assertEqual({}, self.collector.guests)
 
+    def test_window_goes_with_its_guest(self):
+        self.collector.update('a', hv_mod.DomainCounters(0, 0, 0, 0, 0), 1.0)
+        self.assertTrue(self.collector.update(
+            'a', hv_mod.DomainCounters(10, 20, 4, 2, 0), 3.0))
+        self.assertEqual(2.0, self.collector.guests['a'].seconds)
+        self.assertIsNotNone(self.collector.windows.mean('a'))
+        self.collector.retain([])
+        self.assertIsNone(self.collector.windows.mean('a'))
+
 
 class TestMeasure(base.TestCase):
 

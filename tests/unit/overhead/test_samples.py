@@ -61,19 +61,3 @@ class TestSlidingWindow(testtools.TestCase):
 
     def test_bad_size(self):
         self.assertRaises(ValueError, samples.SlidingWindow, 0)
-
-
-class TestWindowSet(testtools.TestCase):
-
-    def test_per_domain_and_retain(self):
-        ws = samples.WindowSet(size=2)
-        ws.add('a', samples.Sample(10, 10, 10, 5, 1))
-        ws.add('b', samples.Sample(10, 20, 10, 0, 2))
-        self.assertAlmostEqual(0.5, ws.mean('a').llc_hit_rate)
-        self.assertAlmostEqual(0.5, ws.mean('b').ipc)
-        ws.retain(['b'])
-        self.assertNotIn('a', ws)
-        self.assertIsNone(ws.mean('a'))
-        self.assertEqual(1, len(ws))
-        ws.forget('b')
-        self.assertEqual(0, len(ws))
