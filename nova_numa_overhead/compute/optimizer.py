@@ -90,7 +90,10 @@ TRUST_WEIGHT = 0.3       # weight of the latest verdict
 STALL_POINTS = 120       # samples it weighs per guest (exponentially)
 STALL_MIN_POINTS = 10
 STALL_SPREAD = 0.1       # relative spread of misses per instruction needed
-STALL_FIT = 0.8          # correlation of CPI with them needed
+STALL_FIT = 0.8          # correlation of CPI with them needed to learn
+STALL_FORGET = 0.7       # and below which what was learned is forgotten
+#                          (a gap: a guest near one threshold does not
+#                          learn and forget in turn)
 STALL_MAX_CYCLES = 1000.0  # a miss costs at most this (a slow remote one)
 UNSEEN_WAIT = 60.0       # seconds a guest the model cannot see yet keeps
 #                          other guests off its nodes (its counters may
@@ -398,9 +401,9 @@ class Optimizer:
         cycles per miss its own samples show (least squares of CPI on
         misses per instruction, where these spread by STALL_SPREAD and
         CPI follows them by STALL_FIT; never below MISS_CYCLES, at most
-        STALL_MAX_CYCLES; forgotten where they spread and CPI no longer
-        follows); None where not learned, and for a memory-intensive guest
-        (whose samples are not fitted either).
+        STALL_MAX_CYCLES; forgotten where they spread and CPI follows them
+        by less than STALL_FORGET); None where not learned, and for a
+        memory-intensive guest (whose samples are not fitted either).
 
         Without the stalled-cycles event the cost model charges a miss
         ``MISS_CYCLES``, and for a memory-intensive guest also reads a
@@ -423,7 +426,8 @@ class Optimizer:
             vy = syy / w - my * my
             cov = sxy / w - mx * my
             if mx > 0 and vx > 0 and math.sqrt(vx) >= STALL_SPREAD * mx:
-                if vy > 0 and cov / math.sqrt(vx * vy) >= STALL_FIT:
+                fit = STALL_FORGET if name in self.per_miss else STALL_FIT
+                if vy > 0 and cov / math.sqrt(vx * vy) >= fit:
                     # Never below what the model charges a miss anyway.
                     learned = min(max(cov / vx, cost.MISS_CYCLES),
                                   STALL_MAX_CYCLES)

@@ -10,7 +10,9 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import array
 import dataclasses
+import math
 from unittest import mock
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
@@ -1194,6 +1196,34 @@ class TestLearnedStalls(OptimizerTestCase):
         self.assertIn('Forgot what an LLC miss costs', info.call_args[0][0])
         self.assertIsNone(self.load(agent).stall)
         self.assertEqual(0, agent.optimizer.status()['learned_miss_cost'])
+
+    def test_learned_and_forgotten_at_different_fits(self):
+        # CPI following the misses by 0.75: not enough to learn, enough
+        # to keep what was learned (a guest near one threshold would
+        # learn and forget in turn).
+        agent = self.make_agent()
+        opt = agent.optimizer
+        x = [0.0004, 0.0010] * 10
+        noise = [0.066, 0.066, -0.066, -0.066]
+        y = [self.CORE + self.PER_MISS * v + noise[i % 4]
+             for i, v in enumerate(x)]
+        n = len(x)
+        mx, my = sum(x) / n, sum(y) / n
+        r = (sum((a - mx) * (b - my) for a, b in zip(x, y)) /
+             math.sqrt(sum((a - mx) ** 2 for a in x) *
+                       sum((b - my) ** 2 for b in y)))
+        self.assertTrue(optimizer.STALL_FORGET < r < optimizer.STALL_FIT,
+                        r)
+        opt.points['a'] = array.array('d', [
+            n, sum(x), sum(y), sum(a * a for a in x),
+            sum(b * b for b in y), sum(a * b for a, b in zip(x, y))])
+        mean = optimizer.Rates(0.0, IPS, 0.75 * IPS, 0.002 * IPS,
+                               0.0007 * IPS)
+        self.assertIsNone(opt._learned_stall('a', mean))
+        self.assertNotIn('a', opt.per_miss)
+        opt.per_miss['a'] = 300.0
+        self.assertIsNotNone(opt._learned_stall('a', mean))
+        self.assertAlmostEqual(self.PER_MISS, opt.per_miss['a'], delta=5.0)
 
     def test_bad_counters_are_left_out(self):
         self.remote()
