@@ -72,6 +72,9 @@ HISTORY = 32             # samples of progress a guest may keep: the most
 #                          loop_window can ask for (each keeps loop_window)
 EXPIRE = 120.0           # seconds after settling a verdict may wait for
 FALLBACK_RATE = 2048.0   # MiB/s assumed without migrate_rate_mb_per_s
+PHASE = 1.5              # LLC references per instruction changed by more
+#                          than this factor: the workload changed (a move
+#                          changes its misses, not its references)
 MIN_SHIFT = 0.05         # share of a guest's pages worth a move
 # Predictions one pass may make (each costs a pass over the host's
 # guests): bounds a pass on a crowded host; the guests not reached are
@@ -189,6 +192,9 @@ class Check:
     trust: float = 1.0        # the optimizer's trust when it chose it
     # The predicted speed changes it brought (taken back by an undo).
     effects: dict = dataclasses.field(default_factory=dict)
+    # name -> LLC references per instruction before (it and its
+    # neighbours): a phase of a workload changes them, a move does not.
+    rpi: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -777,12 +783,19 @@ class Optimizer:
         agent._write_record(domain)
         settle = now + action.moved_mb / self._rate() + 1.0
         if before is not None:
+            rpi = {}
+            for name in (action.guest, *neighbours):
+                mean = before if name == action.guest else self._mean(name)
+                if mean is not None and mean.ips > 0:
+                    rpi[name] = mean.rps / mean.ips
             self.checks[action.guest] = Check(
                 action.guest, now, settle, before.ips, neighbours, undo,
                 action.gain, tuple(action.nodes), action.moved_mb,
-                self.trust, dict(action.effects))
+                self.trust, dict(action.effects), rpi)
         else:
-            # Nothing to judge it against: left alone until it settles.
+            # Nothing to judge it against (measured fewer than
+            # loop_window samples): left alone until it settles, counted.
+            self.counts['unjudged'] += 1
             self.held[action.guest] = settle + HOLD
         LOG.info('Moved %(guest)s, %(what)s, to nodes %(nodes)s: '
                  '%(reason)s', {'guest': action.guest, 'what': what,
@@ -839,12 +852,21 @@ class Optimizer:
                     self.counts['expired'] += 1
                 continue
             del self.checks[name]
+            if _changed(check.rpi.get(name), after):
+                # Its workload changed while its pages moved: its progress
+                # says nothing of the move.
+                self._unjudged(check, after, now)
+                out.append((name, 'unjudged'))
+                continue
             own = after.ips / check.before if check.before > 0 else 1.0
             changes = [own - 1.0]
             before_n = after_n = 0.0
             for other, ips in check.neighbours.items():
                 mean = self._mean(other, since=check.settle)
-                if mean is None or ips <= 0:
+                if mean is None or ips <= 0 or \
+                        _changed(check.rpi.get(other), mean):
+                    # Not measured since, or its workload changed: not
+                    # the move's doing either way.
                     continue
                 before_n += ips
                 after_n += mean.ips
@@ -876,6 +898,20 @@ class Optimizer:
                     raise
                 out.append((name, 'undone' if undone else 'undo failed'))
         return out
+
+    def _unjudged(self, check, after, now) -> None:
+        self.counts['unjudged'] += 1
+        self.held[check.guest] = now + HOLD
+        text = ('not judged: its workload changed (LLC references per '
+                'instruction %.4f -> %.4f)' % (check.rpi[check.guest],
+                                               after.rps / after.ips))
+        self.agent.record(check.guest, 'optimized', 'ok: ' + text)
+        LOG.info('Move of %(guest)s to nodes %(nodes)s %(text)s',
+                 {'guest': check.guest, 'nodes': _text(check.nodes),
+                  'text': text})
+        self.agent._notify('numa_overhead.optimize.unjudged', {
+            'guest': check.guest, 'rpi_before': check.rpi[check.guest],
+            'rpi_after': after.rps / after.ips})
 
     def _learn(self, net, predicted, trust) -> None:
         if predicted <= 0 or trust <= 0:
@@ -976,6 +1012,7 @@ class Optimizer:
                 'unpaid': self.counts['unpaid'],
                 'refused': self.counts['refused'],
                 'expired': self.counts['expired'],
+                'unjudged': self.counts['unjudged'],
                 'failed': self.counts['failed'] +
                 self.counts['undo_failed'],
                 'waiting': len(self.checks),
@@ -983,6 +1020,19 @@ class Optimizer:
                                    if until > self.agent.clock()),
                 'trust': round(self.trust, 3),
                 'learned_miss_cost': len(self.per_miss)}
+
+
+def _changed(rpi, mean) -> bool:
+    """Whether a guest's LLC references per instruction went from
+    ``rpi`` to ``mean``'s by more than PHASE either way: another phase of
+    its workload (None, or no instructions: not known to have changed).
+    """
+    if rpi is None or mean is None or mean.ips <= 0:
+        return False
+    now = mean.rps / mean.ips
+    if rpi <= 0 or now <= 0:
+        return (rpi > 0) != (now > 0)
+    return not 1.0 / PHASE <= now / rpi <= PHASE
 
 
 def _local(cpu: dict, memory: dict) -> float:

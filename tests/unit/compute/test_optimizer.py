@@ -67,13 +67,15 @@ class OptimizerTestCase(test_agent.AgentTestCase):
             agent.cycle()
         return agent
 
-    def progress(self, agent, name, ips, after, samples=3):
-        """``samples`` seconds of ``name`` at ``ips`` after ``after``."""
+    def progress(self, agent, name, ips, after, samples=3, rpi=0.04):
+        """``samples`` seconds of ``name`` at ``ips`` after ``after``
+        (``rpi`` LLC references per instruction).
+        """
         rates = agent.optimizer.history.setdefault(
             name, optimizer.Progress(agent.opts.loop_window))
         for i in range(samples):
             rates.append(optimizer.Rates(after + 1 + i, ips, 2.0 * ips,
-                                         0.04 * ips, 0.02 * ips))
+                                         rpi * ips, 0.02 * ips))
         return after + samples
 
     def undo(self, agent, now):
@@ -501,6 +503,19 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual(((1,), NODE1_CPUS), agent.restrictions['a'])
         self.assertEqual('optimized', agent.outcomes['a'].action)
 
+    def test_a_guest_measured_fewer_samples_than_the_window_is_unjudged(self):
+        # The pass saw it (3 samples), the loop has no window before it.
+        self.flags(group='numa_overhead_agent', loop_window=8)
+        self.remote('a')
+        agent = self.start(cycles=5)
+        opt = agent.optimizer
+        self.assertIsNone(opt._mean('a'))
+        self.assertEqual(['a'], [g.name for g in opt.loads()])
+        self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
+        self.assertNotIn('a', opt.checks)
+        self.assertGreater(opt.held['a'], self.clock.now)
+        self.assertEqual(1, opt.status()['unjudged'])
+
     def test_settle_time_follows_the_pages_to_move(self):
         self.flags(group='numa_overhead_agent', migrate_rate_mb_per_s=512)
         self.remote('a')
@@ -548,6 +563,46 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual('numa_overhead.optimize.undone', event)
         self.assertEqual(60.0, payload['backoff_s'])
         self.assertAlmostEqual(0.9, payload['progress'])
+
+    def test_a_guest_whose_workload_changed_is_not_judged(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        self.assertAlmostEqual(0.04, opt.checks['a'].rpi['a'])
+        settle = opt.checks['a'].settle
+        # Half as fast, but another phase: a tenth of the LLC references
+        # per instruction. Not the move's doing: no undo, no backoff.
+        end = self.progress(agent, 'a', 0.5 * IPS, settle, rpi=0.004)
+        with mock.patch.object(optimizer.LOG, 'info', autospec=True) as info:
+            self.assertEqual([('a', 'unjudged')], opt.verdicts(end))
+        self.assertIn('its workload changed', info.call_args[0][1]['text'])
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        self.assertEqual(1, opt.status()['unjudged'])
+        self.assertEqual(0, opt.counts['undone'])
+        self.assertNotIn('a', opt.backoff)
+        self.assertGreater(opt.held['a'], end)
+        self.assertEqual(1.0, opt.trust)
+        event, payload = self.notifier.events[-1]
+        self.assertEqual('numa_overhead.optimize.unjudged', event)
+        self.assertAlmostEqual(0.004, payload['rpi_after'])
+
+    def test_a_neighbour_whose_workload_changed_is_left_out(self):
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        self.progress(agent, 'a', 1.05 * IPS, settle)
+        # 'b' at half speed in another phase (LLC references x2): left
+        # out, the move is judged on 'a' alone.
+        end = self.progress(agent, 'b', 0.5 * IPS, settle, rpi=0.08)
+        self.assertEqual([('a', 'kept')], opt.verdicts(end))
+
+    def test_a_neighbour_slowed_by_the_move_still_counts(self):
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        self.progress(agent, 'a', 1.05 * IPS, settle)
+        # The same LLC references per instruction (within PHASE).
+        end = self.progress(agent, 'b', 0.5 * IPS, settle, rpi=0.05)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
 
     def test_faster_guest_keeps_its_move(self):
         agent, now = self.moved()
@@ -982,8 +1037,9 @@ class TestStatus(OptimizerTestCase):
         now = self.clock.now
         self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
-                          'failed': 0, 'waiting': 0, 'backing_off': 0,
-                          'trust': 1.0, 'learned_miss_cost': 0},
+                          'unjudged': 0, 'failed': 0, 'waiting': 0,
+                          'backing_off': 0, 'trust': 1.0,
+                          'learned_miss_cost': 0},
                          opt.status())
         # 'b' moves later: the verdict on 'a' comes first.
         self.assertTrue(opt.apply(self.to_node1('a'), now))
@@ -992,8 +1048,9 @@ class TestStatus(OptimizerTestCase):
         self.assertFalse(opt.apply(self.to_node1('c'), now))
         self.assertEqual({'moved': 2, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
-                          'failed': 1, 'waiting': 2, 'backing_off': 0,
-                          'trust': 1.0, 'learned_miss_cost': 0},
+                          'unjudged': 0, 'failed': 1, 'waiting': 2,
+                          'backing_off': 0, 'trust': 1.0,
+                          'learned_miss_cost': 0},
                          opt.status())
         self.progress(agent, 'a', 1.2 * IPS, now + 1)
         self.assertEqual([('a', 'kept')], opt.verdicts(now + 4))
@@ -1004,8 +1061,8 @@ class TestStatus(OptimizerTestCase):
         self.assertLess(status.pop('trust'), 1.0)
         self.assertEqual({'moved': 2, 'kept': 1, 'undone': 1, 'advised': 0,
                           'unpaid': 1, 'refused': 0, 'expired': 0,
-                          'failed': 1, 'waiting': 0, 'backing_off': 1,
-                          'learned_miss_cost': 0},
+                          'unjudged': 0, 'failed': 1, 'waiting': 0,
+                          'backing_off': 1, 'learned_miss_cost': 0},
                          status)
 
     def test_backing_off_ends_with_the_wait(self):
