@@ -74,8 +74,10 @@ class GuestState:
     @property
     def seconds(self) -> float:
         """Seconds between the last two counter reads: what
-        :attr:`delta` covers (when there is one).
+        :attr:`delta` covers (0.0 when there is none).
         """
+        if self.delta is None:
+            return 0.0
         return self.last_time - self._previous_time
 
     @property

@@ -72,9 +72,10 @@ HISTORY = 32             # samples of progress a guest may keep: the most
 #                          loop_window can ask for (each keeps loop_window)
 EXPIRE = 120.0           # seconds after settling a verdict may wait for
 FALLBACK_RATE = 2048.0   # MiB/s assumed without migrate_rate_mb_per_s
-PHASE = 1.5              # LLC references per instruction changed by more
-#                          than this factor: the workload changed (a move
-#                          changes its misses, not its references)
+PHASE = 2.0              # LLC references per instruction changed by this
+#                          factor and across MEMORY_INTENSIVE_RPKI: the
+#                          workload changed (a move changes its LLC misses,
+#                          its references far less)
 MIN_SHIFT = 0.05         # share of a guest's pages worth a move
 # Predictions one pass may make (each costs a pass over the host's
 # guests): bounds a pass on a crowded host; the guests not reached are
@@ -219,6 +220,8 @@ class Optimizer:
         self.opts = agent.opts
         self.history: dict = {}
         self.checks: dict = {}
+        # name -> moves in a row without a verdict (each holds it longer).
+        self.unjudged_run: dict = {}
         self.backoff: dict = {}       # name -> (undos, until)
         self.held: dict = {}          # name -> not before
         self.advised: dict = {}       # name -> the advice last logged
@@ -256,7 +259,8 @@ class Optimizer:
         for name in [n for n in self.history if n not in guests]:
             del self.history[name]
         for table in (self.checks, self.backoff, self.held, self.advised,
-                      self.seen, self.points, self.per_miss):
+                      self.seen, self.points, self.per_miss,
+                      self.unjudged_run):
             for name in [n for n in table if n not in guests]:
                 del table[name]
         for table in (self.per_guest, self.standing):
@@ -796,7 +800,10 @@ class Optimizer:
             # Nothing to judge it against (measured fewer than
             # loop_window samples): left alone until it settles, counted.
             self.counts['unjudged'] += 1
-            self.held[action.guest] = settle + HOLD
+            self.held[action.guest] = settle + self._hold_unjudged(
+                action.guest)
+            reason += ('; not judged: measured fewer than %d samples '
+                       'before it' % self.opts.loop_window)
         LOG.info('Moved %(guest)s, %(what)s, to nodes %(nodes)s: '
                  '%(reason)s', {'guest': action.guest, 'what': what,
                                 'nodes': _text(action.nodes),
@@ -805,7 +812,7 @@ class Optimizer:
             'guest': action.guest, 'nodes': list(action.nodes),
             'memory': action.with_memory,
             'predicted_gain': action.gain, 'cost': action.cost,
-            'moved_mb': action.moved_mb})
+            'moved_mb': action.moved_mb, 'judged': before is not None})
         return True
 
     def _move(self, domain, nodes, cpus) -> bool:
@@ -852,10 +859,11 @@ class Optimizer:
                     self.counts['expired'] += 1
                 continue
             del self.checks[name]
-            if _changed(check.rpi.get(name), after):
+            rpi = _changed(check.rpi.get(name), after)
+            if rpi is not None:
                 # Its workload changed while its pages moved: its progress
                 # says nothing of the move.
-                self._unjudged(check, after, now)
+                self._unjudged(check, after, rpi, now)
                 out.append((name, 'unjudged'))
                 continue
             own = after.ips / check.before if check.before > 0 else 1.0
@@ -864,7 +872,7 @@ class Optimizer:
             for other, ips in check.neighbours.items():
                 mean = self._mean(other, since=check.settle)
                 if mean is None or ips <= 0 or \
-                        _changed(check.rpi.get(other), mean):
+                        _changed(check.rpi.get(other), mean) is not None:
                     # Not measured since, or its workload changed: not
                     # the move's doing either way.
                     continue
@@ -899,19 +907,36 @@ class Optimizer:
                 out.append((name, 'undone' if undone else 'undo failed'))
         return out
 
-    def _unjudged(self, check, after, now) -> None:
+    def _hold_unjudged(self, name) -> float:
+        """Seconds ``name`` is left alone after a move with no verdict:
+        HOLD, doubled for each such move in a row (a guest whose workload
+        keeps changing, or that keeps restarting, is not moved again and
+        again unjudged), at most BACKOFF_MAX.
+        """
+        run = self.unjudged_run.get(name, 0)
+        self.unjudged_run[name] = run + 1
+        return min(HOLD * 2 ** run, BACKOFF_MAX)
+
+    def _unjudged(self, check, after, rpi, now) -> None:
         self.counts['unjudged'] += 1
-        self.held[check.guest] = now + HOLD
+        self.counts['workload_changed'] += 1
+        self.held[check.guest] = now + self._hold_unjudged(check.guest)
+        before, now_rpi = rpi
+        own = after.ips / check.before if check.before > 0 else 1.0
         text = ('not judged: its workload changed (LLC references per '
-                'instruction %.4f -> %.4f)' % (check.rpi[check.guest],
-                                               after.rps / after.ips))
+                'instruction %.4f -> %.4f; progress %+.1f%%)' % (
+                    before, now_rpi, (own - 1) * 100))
         self.agent.record(check.guest, 'optimized', 'ok: ' + text)
+        domain = self.agent.domains.get(check.guest)
+        if domain is not None:
+            self.agent._write_record(domain)
         LOG.info('Move of %(guest)s to nodes %(nodes)s %(text)s',
                  {'guest': check.guest, 'nodes': _text(check.nodes),
                   'text': text})
         self.agent._notify('numa_overhead.optimize.unjudged', {
-            'guest': check.guest, 'rpi_before': check.rpi[check.guest],
-            'rpi_after': after.rps / after.ips})
+            'guest': check.guest, 'progress': own,
+            'reason': 'workload changed', 'rpi_before': before,
+            'rpi_after': now_rpi})
 
     def _learn(self, net, predicted, trust) -> None:
         if predicted <= 0 or trust <= 0:
@@ -924,6 +949,7 @@ class Optimizer:
 
     def _keep(self, check, own, hood, now) -> None:
         self._count(check.guest, 'kept')
+        self.unjudged_run.pop(check.guest, None)
         undos, _until = self.backoff.get(check.guest, (0, 0.0))
         if undos:
             self.backoff[check.guest] = (max(0, undos - 1), 0.0)
@@ -968,6 +994,7 @@ class Optimizer:
             return False
         agent.restrictions[check.guest] = restored[0]
         self._count(check.guest, 'undone')
+        self.unjudged_run.pop(check.guest, None)
         for name, effect in check.effects.items():
             # The move is taken back: so is what it was predicted to do.
             if name in self.standing and effect > 0:
@@ -1013,6 +1040,7 @@ class Optimizer:
                 'refused': self.counts['refused'],
                 'expired': self.counts['expired'],
                 'unjudged': self.counts['unjudged'],
+                'workload_changed': self.counts['workload_changed'],
                 'failed': self.counts['failed'] +
                 self.counts['undo_failed'],
                 'waiting': len(self.checks),
@@ -1022,17 +1050,22 @@ class Optimizer:
                 'learned_miss_cost': len(self.per_miss)}
 
 
-def _changed(rpi, mean) -> bool:
-    """Whether a guest's LLC references per instruction went from
-    ``rpi`` to ``mean``'s by more than PHASE either way: another phase of
-    its workload (None, or no instructions: not known to have changed).
+def _changed(rpi, mean) -> tuple | None:
+    """(before, now) where a guest's LLC references per instruction went
+    from ``rpi`` to ``mean``'s by PHASE or more either way and across the
+    memory-intensive threshold: another phase of its workload. None where
+    not (or not known: no value, no instructions, or a zero, which a
+    missing event also reads as).
     """
     if rpi is None or mean is None or mean.ips <= 0:
-        return False
+        return None
     now = mean.rps / mean.ips
-    if rpi <= 0 or now <= 0:
-        return (rpi > 0) != (now > 0)
-    return not 1.0 / PHASE <= now / rpi <= PHASE
+    if rpi <= 0 or now <= 0 or \
+            cost.intensive(rpi) == cost.intensive(now):
+        return None
+    if max(rpi, now) < PHASE * min(rpi, now):
+        return None
+    return (rpi, now)
 
 
 def _local(cpu: dict, memory: dict) -> float:

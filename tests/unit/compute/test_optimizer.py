@@ -511,10 +511,17 @@ class TestClosedLoop(OptimizerTestCase):
         opt = agent.optimizer
         self.assertIsNone(opt._mean('a'))
         self.assertEqual(['a'], [g.name for g in opt.loads()])
-        self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
+        with mock.patch.object(optimizer.LOG, 'info', autospec=True) as info:
+            self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
+        self.assertIn('not judged: measured fewer than 8 samples',
+                      info.call_args[0][1]['reason'])
         self.assertNotIn('a', opt.checks)
         self.assertGreater(opt.held['a'], self.clock.now)
         self.assertEqual(1, opt.status()['unjudged'])
+        self.assertEqual(0, opt.status()['workload_changed'])
+        event, payload = self.notifier.events[-1]
+        self.assertEqual('numa_overhead.optimize', event)
+        self.assertFalse(payload['judged'])
 
     def test_settle_time_follows_the_pages_to_move(self):
         self.flags(group='numa_overhead_agent', migrate_rate_mb_per_s=512)
@@ -569,30 +576,79 @@ class TestClosedLoop(OptimizerTestCase):
         opt = agent.optimizer
         self.assertAlmostEqual(0.04, opt.checks['a'].rpi['a'])
         settle = opt.checks['a'].settle
-        # Half as fast, but another phase: a tenth of the LLC references
-        # per instruction. Not the move's doing: no undo, no backoff.
-        end = self.progress(agent, 'a', 0.5 * IPS, settle, rpi=0.004)
+        # Half as fast, but another phase: CPU-bound now (2 LLC
+        # references per 1,000 instructions, from 40). Not the move's
+        # doing: no undo, no backoff.
+        end = self.progress(agent, 'a', 0.5 * IPS, settle, rpi=0.002)
         with mock.patch.object(optimizer.LOG, 'info', autospec=True) as info:
             self.assertEqual([('a', 'unjudged')], opt.verdicts(end))
         self.assertIn('its workload changed', info.call_args[0][1]['text'])
         self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
-        self.assertEqual(1, opt.status()['unjudged'])
+        status = opt.status()
+        self.assertEqual(1, status['unjudged'])
+        self.assertEqual(1, status['workload_changed'])
         self.assertEqual(0, opt.counts['undone'])
         self.assertNotIn('a', opt.backoff)
-        self.assertGreater(opt.held['a'], end)
+        self.assertEqual(end + optimizer.HOLD, opt.held['a'])
         self.assertEqual(1.0, opt.trust)
+        self.assertIn('not judged: its workload changed',
+                      self.hv.recorded['a'].outcome)
         event, payload = self.notifier.events[-1]
         self.assertEqual('numa_overhead.optimize.unjudged', event)
-        self.assertAlmostEqual(0.004, payload['rpi_after'])
+        self.assertAlmostEqual(0.002, payload['rpi_after'])
+        self.assertAlmostEqual(0.5, payload['progress'])
+
+    def test_moves_in_a_row_without_a_verdict_hold_longer(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        holds = []
+        for i in range(3):
+            if i:
+                self.assertTrue(opt.apply(self.to_node1(), now))
+            settle = opt.checks['a'].settle
+            rpi = 0.002 if i % 2 == 0 else 0.04
+            end = self.progress(agent, 'a', 0.5 * IPS, settle, rpi=rpi)
+            self.assertEqual([('a', 'unjudged')], opt.verdicts(end))
+            holds.append(opt.held['a'] - end)
+            now = end + 1
+        self.assertEqual([optimizer.HOLD, 2 * optimizer.HOLD,
+                          4 * optimizer.HOLD], holds)
+        # A verdict ends the run.
+        self.assertTrue(opt.apply(self.to_node1(), now))
+        # (Still CPU-bound, as after the last move.)
+        end = self.progress(agent, 'a', 1.2 * IPS, opt.checks['a'].settle,
+                            rpi=0.002)
+        self.assertEqual([('a', 'kept')], opt.verdicts(end))
+        self.assertNotIn('a', opt.unjudged_run)
+
+    def test_workload_changes(self):
+        def mean(rpi):
+            return optimizer.Rates(0.0, IPS, 2 * IPS, rpi * IPS, 0.0)
+        changed = optimizer._changed
+        # Across the memory-intensive threshold by PHASE or more.
+        self.assertEqual((0.04, 0.002), changed(0.04, mean(0.002)))
+        self.assertEqual((0.001, 0.01), changed(0.001, mean(0.01)))
+        # Within one class, however far (cache sharing moves references
+        # a little; a memory-intensive workload stays one).
+        self.assertIsNone(changed(0.02, mean(0.08)))
+        self.assertIsNone(changed(0.0001, mean(0.0025)))
+        # Across the threshold but by less than PHASE: noise near it.
+        self.assertIsNone(changed(0.0025, mean(0.0035)))
+        # Unknown: no value before, a zero (a missing event), no progress.
+        self.assertIsNone(changed(None, mean(0.002)))
+        self.assertIsNone(changed(0.04, mean(0.0)))
+        self.assertIsNone(changed(0.0, mean(0.04)))
+        self.assertIsNone(changed(0.04, optimizer.Rates(0.0, 0.0, 0.0,
+                                                        0.0, 0.0)))
 
     def test_a_neighbour_whose_workload_changed_is_left_out(self):
         agent, now = self.moved(neighbour=True)
         opt = agent.optimizer
         settle = opt.checks['a'].settle
         self.progress(agent, 'a', 1.05 * IPS, settle)
-        # 'b' at half speed in another phase (LLC references x2): left
-        # out, the move is judged on 'a' alone.
-        end = self.progress(agent, 'b', 0.5 * IPS, settle, rpi=0.08)
+        # 'b' at half speed in another phase (CPU-bound now): left out,
+        # the move is judged on 'a' alone.
+        end = self.progress(agent, 'b', 0.5 * IPS, settle, rpi=0.002)
         self.assertEqual([('a', 'kept')], opt.verdicts(end))
 
     def test_a_neighbour_slowed_by_the_move_still_counts(self):
@@ -600,8 +656,8 @@ class TestClosedLoop(OptimizerTestCase):
         opt = agent.optimizer
         settle = opt.checks['a'].settle
         self.progress(agent, 'a', 1.05 * IPS, settle)
-        # The same LLC references per instruction (within PHASE).
-        end = self.progress(agent, 'b', 0.5 * IPS, settle, rpi=0.05)
+        # Still memory-intensive (more LLC references: its cache shared).
+        end = self.progress(agent, 'b', 0.5 * IPS, settle, rpi=0.08)
         self.assertEqual([('a', 'undone')], opt.verdicts(end))
 
     def test_faster_guest_keeps_its_move(self):
@@ -1037,7 +1093,8 @@ class TestStatus(OptimizerTestCase):
         now = self.clock.now
         self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
-                          'unjudged': 0, 'failed': 0, 'waiting': 0,
+                          'unjudged': 0, 'workload_changed': 0,
+                          'failed': 0, 'waiting': 0,
                           'backing_off': 0, 'trust': 1.0,
                           'learned_miss_cost': 0},
                          opt.status())
@@ -1048,7 +1105,8 @@ class TestStatus(OptimizerTestCase):
         self.assertFalse(opt.apply(self.to_node1('c'), now))
         self.assertEqual({'moved': 2, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
-                          'unjudged': 0, 'failed': 1, 'waiting': 2,
+                          'unjudged': 0, 'workload_changed': 0,
+                          'failed': 1, 'waiting': 2,
                           'backing_off': 0, 'trust': 1.0,
                           'learned_miss_cost': 0},
                          opt.status())
@@ -1061,7 +1119,8 @@ class TestStatus(OptimizerTestCase):
         self.assertLess(status.pop('trust'), 1.0)
         self.assertEqual({'moved': 2, 'kept': 1, 'undone': 1, 'advised': 0,
                           'unpaid': 1, 'refused': 0, 'expired': 0,
-                          'unjudged': 0, 'failed': 1, 'waiting': 0,
+                          'unjudged': 0, 'workload_changed': 0,
+                          'failed': 1, 'waiting': 0,
                           'backing_off': 1, 'learned_miss_cost': 0},
                          status)
 
@@ -1261,19 +1320,9 @@ class TestLearnedStalls(OptimizerTestCase):
         agent = self.make_agent()
         opt = agent.optimizer
         x = [0.0004, 0.0010] * 10
-        noise = [0.066, 0.066, -0.066, -0.066]
-        y = [self.CORE + self.PER_MISS * v + noise[i % 4]
-             for i, v in enumerate(x)]
-        n = len(x)
-        mx, my = sum(x) / n, sum(y) / n
-        r = (sum((a - mx) * (b - my) for a, b in zip(x, y)) /
-             math.sqrt(sum((a - mx) ** 2 for a in x) *
-                       sum((b - my) ** 2 for b in y)))
-        self.assertTrue(optimizer.STALL_FORGET < r < optimizer.STALL_FIT,
-                        r)
-        opt.points['a'] = array.array('d', [
-            n, sum(x), sum(y), sum(a * a for a in x),
-            sum(b * b for b in y), sum(a * b for a, b in zip(x, y))])
+        opt.points['a'] = self.sums(x, [0.066, 0.066, -0.066, -0.066],
+                                    (optimizer.STALL_FORGET,
+                                     optimizer.STALL_FIT))
         mean = optimizer.Rates(0.0, IPS, 0.75 * IPS, 0.002 * IPS,
                                0.0007 * IPS)
         self.assertIsNone(opt._learned_stall('a', mean))
@@ -1281,6 +1330,27 @@ class TestLearnedStalls(OptimizerTestCase):
         opt.per_miss['a'] = 300.0
         self.assertIsNotNone(opt._learned_stall('a', mean))
         self.assertAlmostEqual(self.PER_MISS, opt.per_miss['a'], delta=5.0)
+        # Following them by 0.65: forgotten.
+        opt.points['a'] = self.sums(x, [0.088, 0.088, -0.088, -0.088],
+                                    (0.6, optimizer.STALL_FORGET))
+        self.assertIsNone(opt._learned_stall('a', mean))
+        self.assertNotIn('a', opt.per_miss)
+
+    def sums(self, x, noise, between):
+        """Fit sums of CPIs on ``x`` off the line by ``noise`` in turn,
+        their correlation asserted ``between``.
+        """
+        y = [self.CORE + self.PER_MISS * v + noise[i % len(noise)]
+             for i, v in enumerate(x)]
+        n = len(x)
+        mx, my = sum(x) / n, sum(y) / n
+        r = (sum((a - mx) * (b - my) for a, b in zip(x, y)) /
+             math.sqrt(sum((a - mx) ** 2 for a in x) *
+                       sum((b - my) ** 2 for b in y)))
+        self.assertTrue(between[0] < r < between[1], r)
+        return array.array('d', [
+            n, sum(x), sum(y), sum(a * a for a in x),
+            sum(b * b for b in y), sum(a * b for a, b in zip(x, y))])
 
     def test_bad_counters_are_left_out(self):
         self.remote()
