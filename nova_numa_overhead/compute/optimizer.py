@@ -42,7 +42,12 @@ and is left alone for a backoff that doubles with every undo) when the
 sum of their relative changes is below ``-undo_threshold``, when those
 nodes run fewer instructions per second in all by more than
 ``undo_threshold``, or when the guest itself lost more than
-``WORST_FACTOR`` times it. Moves, verdicts and undos are log lines and
+``WORST_FACTOR`` times it. No verdict (``unjudged``) for a guest measured
+fewer than ``loop_window`` samples before its move, nor across a change of
+its workload (its LLC references per instruction changing class by PHASE
+or more: another phase, not the move; a neighbour in that case is left
+out of the verdict); such moves in a row hold the guest longer each time.
+Moves, verdicts and undos are log lines and
 notifications (advice and refusals are log lines only), and counts: per
 guest (moved, kept, undone) in its metadata record, which ``status``
 sums over the guests of the host; all of them in :meth:`Optimizer.status`

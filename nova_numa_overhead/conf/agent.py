@@ -539,6 +539,10 @@ left alone for a backoff period that doubles with every undo, when the guest
 and the guests on the nodes it left or joined lost more than
 ``undo_threshold`` in all (the sum of their relative changes, or the nodes'
 instructions per second), or the guest itself more than three times that.
+A move of a guest measured fewer samples than this before it is not judged
+(a larger window leaves more of a young guest's moves unjudged), nor is one
+across a change of the guest's workload (memory-intensive or not, from its
+LLC references per instruction).
 
 Possible values:
 
