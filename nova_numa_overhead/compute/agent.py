@@ -678,7 +678,13 @@ class Agent:
                 continue
             state = guests.get(name)
             touched = state.memory_items() if state else ()
-            near = state.near if state else None
+            # Where its new pages have been landing (first touch follows
+            # the vCPU that faults them, which may have moved since),
+            # else where its vCPUs run.
+            near = None
+            if state is not None:
+                near = state.landing if state.landing is not None \
+                    else state.near
             # The agent's own restriction from this cycle on, else the
             # nodeset the guest was listed with.
             nodes = self.restrictions.get(name, ((), ()))[0] or \
