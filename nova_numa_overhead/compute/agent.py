@@ -678,13 +678,7 @@ class Agent:
                 continue
             state = guests.get(name)
             touched = state.memory_items() if state else ()
-            # Where its new pages have been landing (first touch follows
-            # the vCPU that faults them, which may have moved since),
-            # else where its vCPUs run.
-            near = None
-            if state is not None:
-                near = state.landing if state.landing is not None \
-                    else state.near
+            near = state.near if state else None
             # The agent's own restriction from this cycle on, else the
             # nodeset the guest was listed with.
             nodes = self.restrictions.get(name, ((), ()))[0] or \

@@ -41,9 +41,6 @@ from nova_numa_overhead.overhead import samples
 LOG = logging.getLogger(__name__)
 
 
-LANDING_MB = 64       # MiB newly touched that show where first touch lands
-
-
 class GuestState:
     """What the collector keeps per guest between samples: one record,
     its sliding window included (no table per concern keyed by name).
@@ -55,7 +52,7 @@ class GuestState:
 
     __slots__ = ('last', 'last_time', '_previous_time', '_cpu', '_memory',
                  'delta', 'window', '_bytes', '_bytes_time', '_bandwidth',
-                 '_near', 'landing')
+                 '_near')
 
     def __init__(self):
         self.last = None         # DomainCounters of the previous read
@@ -66,9 +63,6 @@ class GuestState:
         self._cpu = ()
         self._memory = ()
         self._near = None        # the node most of its vCPUs run on
-        # The node its newly touched pages went to at the last sample
-        # that showed some (first touch: where the kernel puts the rest).
-        self.landing = None
         self.delta = None        # (instructions, cycles, refs, misses)
         self.window = None       # SlidingWindow, from its first sample
         # Memory traffic (resctrl): the previous cumulative read, as
@@ -125,13 +119,6 @@ class GuestState:
 
     @memory_mb.setter
     def memory_mb(self, value: dict) -> None:
-        before = dict(_pairs(self._memory))
-        grown = sum(value.values()) - sum(before.values())
-        if before and grown >= LANDING_MB:
-            node = max(value, key=lambda n: (value[n] - before.get(n, 0),
-                                             -n))
-            if value[node] - before.get(node, 0) >= grown / 2:
-                self.landing = node
         self._memory = _flat(value)
 
     def memory_items(self):

@@ -16,10 +16,8 @@ memory overstates its room while guests are starting: memory they were
 given but have not touched yet will land somewhere, and a guest confined
 to nodes that fill up before it has all of its memory is killed out of
 memory by its cgroup. Room counts that memory where the kernel will put
-it: within the guest's nodeset, on the node its first touch starts from
-first (where its newly touched pages have been going, else where its
-vCPUs run), then the nearest nodes with room (the kernel's zonelist
-order). Guests with the
+it: within the guest's nodeset, on the node its vCPUs run on first, then
+the nearest nodes with room (the kernel's zonelist order). Guests with the
 fewest nodes to choose from land first: they have no other place to go.
 """
 

@@ -470,26 +470,6 @@ class TestPlacement(AgentTestCase):
         self.assertNotIn('new', self.hv.nodesets)
         self.assertEqual([], [m for m in self.hv.moves if m[0] == 'new'])
 
-    def test_room_follows_where_new_pages_land(self):
-        # 'other' runs on node 1, but its pages keep landing on node 0
-        # (its vCPUs moved after it first touched there, or first touch
-        # goes elsewhere): its 9 GiB to come are counted on node 0.
-        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
-        self.hv.add('other', {0: 2 * GIB}, vcpu_node=1,
-                    memory_mb=12 * GIB,
-                    extra_specs={'numa_overhead:policy': 'none'})
-        agent = self.make_agent()
-        agent.cycle()
-        self.assertEqual([16 * GIB - 2 * GIB, 16 * GIB - 10 * GIB],
-                         agent.room_free())
-        self.hv.memory['other'] = {0: 3 * GIB}
-        self.hv.free[0] -= GIB
-        self.clock.now += 1
-        agent.cycle()
-        self.assertEqual(0, agent.collector.guests['other'].landing)
-        self.assertEqual([16 * GIB - 12 * GIB, 16 * GIB],
-                         agent.room_free())
-
     def test_confined_guest_widened_when_others_take_its_room(self):
         self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
         self.hv.add('g', {0: GIB}, vcpu_node=0, memory_mb=8 * GIB)

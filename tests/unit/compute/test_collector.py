@@ -125,23 +125,6 @@ class TestRates(base.TestCase):
         self.collector.retain([])
         self.assertEqual({}, self.collector.guests)
 
-    def test_landing_is_where_new_pages_went(self):
-        state = collector_mod.GuestState()
-        state.memory_mb = {0: 1024}
-        self.assertIsNone(state.landing)
-        state.memory_mb = {0: 1024, 2: 2048}
-        self.assertEqual(2, state.landing)
-        # Pages moved (none new), or too few new ones: it stays.
-        state.memory_mb = {0: 3072}
-        self.assertEqual(2, state.landing)
-        state.memory_mb = {0: 3072, 1: collector_mod.LANDING_MB - 1}
-        self.assertEqual(2, state.landing)
-        # Spread over nodes with none taking half: not one node's.
-        state.memory_mb = {0: 3072, 1: 1024, 2: 1024, 3: 1024}
-        self.assertEqual(2, state.landing)
-        state.memory_mb = {0: 4096, 1: 1024, 2: 1024, 3: 1024}
-        self.assertEqual(0, state.landing)
-
     def test_window_goes_with_its_guest(self):
         self.collector.update('a', hv_mod.DomainCounters(0, 0, 0, 0, 0), 1.0)
         self.assertTrue(self.collector.update(
