@@ -199,7 +199,7 @@ class Check:
     # The predicted speed changes it brought (taken back by an undo).
     effects: dict = dataclasses.field(default_factory=dict)
     # name -> LLC references per instruction before (it and its
-    # neighbours): a phase of a workload changes them, a move does not.
+    # neighbours): a phase of a workload changes them, a move barely.
     rpi: dict = dataclasses.field(default_factory=dict)
 
 
