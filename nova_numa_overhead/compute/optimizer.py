@@ -931,6 +931,14 @@ class Optimizer:
         text = ('not judged: its workload changed (LLC references per '
                 'instruction %.4f -> %.4f; progress %+.1f%%)' % (
                     before, now_rpi, (own - 1) * 100))
+        self._tell(check, text, 'numa_overhead.optimize.unjudged', {
+            'progress': own, 'reason': 'workload changed',
+            'rpi_before': before, 'rpi_after': now_rpi})
+
+    def _tell(self, check, text, event, payload) -> None:
+        """A verdict that leaves the move in place (kept, or not
+        judged): the guest's record, a log line and a notification.
+        """
         self.agent.record(check.guest, 'optimized', 'ok: ' + text)
         domain = self.agent.domains.get(check.guest)
         if domain is not None:
@@ -938,10 +946,7 @@ class Optimizer:
         LOG.info('Move of %(guest)s to nodes %(nodes)s %(text)s',
                  {'guest': check.guest, 'nodes': _text(check.nodes),
                   'text': text})
-        self.agent._notify('numa_overhead.optimize.unjudged', {
-            'guest': check.guest, 'progress': own,
-            'reason': 'workload changed', 'rpi_before': before,
-            'rpi_after': now_rpi})
+        self.agent._notify(event, dict(payload, guest=check.guest))
 
     def _learn(self, net, predicted, trust) -> None:
         if predicted <= 0 or trust <= 0:
@@ -962,15 +967,8 @@ class Optimizer:
         text = ('kept: progress %+.1f%%, its neighbours %+.1f%% (predicted '
                 'gain %.3f)' % ((own - 1) * 100, (hood - 1) * 100,
                                 check.predicted))
-        self.agent.record(check.guest, 'optimized', 'ok: ' + text)
-        domain = self.agent.domains.get(check.guest)
-        if domain is not None:
-            self.agent._write_record(domain)
-        LOG.info('Move of %(guest)s to nodes %(nodes)s %(text)s',
-                 {'guest': check.guest, 'nodes': _text(check.nodes),
-                  'text': text})
-        self.agent._notify('numa_overhead.optimize.kept', {
-            'guest': check.guest, 'progress': own, 'neighbours': hood})
+        self._tell(check, text, 'numa_overhead.optimize.kept',
+                   {'progress': own, 'neighbours': hood})
 
     def _undo(self, check, own, hood, now) -> bool:
         agent = self.agent
