@@ -145,7 +145,7 @@ class Agent:
             managed=self.opts.managed_guests,
             default_policy=conf.numa_overhead.default_policy,
             default_max_nodes=conf.numa_overhead.default_max_nodes,
-            page_budget=self._pages_allowed,
+            page_budget=self.pages_allowed,
             colocate_cpus=self._colocation_cpus if self.opts.colocate_vcpus
             else None, judge=self._judge_placement,
             remote=self.opts.remote_placement)
@@ -306,8 +306,8 @@ class Agent:
                 # Started again or resumed: another run to measure.
                 self.optimizer.restarted(domain.name, now)
             if not domain.pinned and not domain.metadata_error:
-                self._guarded(domain, 'Enabling perf events',
-                              self.hv.enable_counters, domain)
+                self.guarded(domain, 'Enabling perf events',
+                             self.hv.enable_counters, domain)
         for name in self._measure(listed, now):
             current.pop(name, None)
         self.domains = current
@@ -416,31 +416,31 @@ class Agent:
                           'arrived by live migration from %s'
                           % recorded.host)
         elif recorded is None or recorded.host != self.host:
-            self._write_record(domain)
+            self.write_record(domain)
 
     def _restore(self, domain, nodes, cpus, why: str) -> bool:
         """Give back what Nova allowed where the agent had restricted."""
         name = domain.name
         nova_nodes = self.nova_allowed.get(name, ())
         nova_cpus = self.nova_cpus.get(name, ())
-        done = self._guarded(domain, "Restoring Nova's placement",
-                             self._restore_now, domain,
-                             nova_nodes if nodes else None,
-                             nova_cpus if cpus else None)
+        done = self.guarded(domain, "Restoring Nova's placement",
+                            self._restore_now, domain,
+                            nova_nodes if nodes else None,
+                            nova_cpus if cpus else None)
         if not done:
             return False
         self.restrictions[name] = ((), ())
         self.record(name, 'restored', "ok: Nova's placement (nodes %s, "
                     'CPUs %s): %s' % (_set_text(nova_nodes),
                                       _set_text(nova_cpus), why))
-        self._write_record(domain)
+        self.write_record(domain)
         return True
 
     def _restore_now(self, domain, nodes, cpus) -> bool:
         self.hv.restore(domain, nodes, cpus)
         return True
 
-    def _write_record(self, domain: hv_mod.DomainInfo) -> None:
+    def write_record(self, domain: hv_mod.DomainInfo) -> None:
         """Keep what the agent knows of the guest in its live metadata."""
         if not self.enforcing:
             return
@@ -518,7 +518,7 @@ class Agent:
                                   now)
         return gone
 
-    def _guarded(self, domain, what, func, *args):
+    def guarded(self, domain, what, func, *args):
         """``func(*args)`` for one guest, its failure contained."""
         error = None
         try:
@@ -715,9 +715,9 @@ class Agent:
             if room >= domain.memory_mb:
                 continue
             nova_nodes = self.nova_allowed.get(name, ())
-            if not self._guarded(domain, "Widening to Nova's nodes",
-                                 self._restore_now, domain, nova_nodes,
-                                 None):
+            if not self.guarded(domain, "Widening to Nova's nodes",
+                                self._restore_now, domain, nova_nodes,
+                                None):
                 continue
             self.restrictions[name] = ((), cpus)
             self.record(name, 'widened',
@@ -726,7 +726,7 @@ class Agent:
                         'have yet to touch there' % (
                             _set_text(nova_nodes), _set_text(nodes),
                             room, domain.memory_mb))
-            self._write_record(domain)
+            self.write_record(domain)
             LOG.info('Widened %(guest)s to the nodes Nova allows (%(nova)s):'
                      ' nodes %(nodes)s have room for %(room)d of its '
                      '%(mb)d MiB besides what other guests have yet to '
@@ -817,7 +817,7 @@ class Agent:
             reason = self.guest_error(domain.name, 'Placement', error)
             decision = placer_mod.Decision(domain.name, 'failed', reason)
         _keep_latest(self.decisions, domain.name, decision)
-        self._count_failures(decision.failed)
+        self.count_failures(decision.failed)
         if decision.action != 'failed':
             self.record(domain.name, decision.action,
                         _outcome(decision))
@@ -826,7 +826,7 @@ class Agent:
             self.restrictions[domain.name] = (
                 tuple(sorted(decision.plan)), tuple(decision.cpus) or cpus)
         if decision.action != 'skipped':
-            self._write_record(domain)
+            self.write_record(domain)
         if decision.action != 'skipped' or LOG.isEnabledFor(10):
             LOG.info('Placement of %(guest)s: %(action)s, %(reason)s; '
                      'memory %(before)s MiB -> plan %(plan)s MiB, moves '
@@ -836,7 +836,7 @@ class Agent:
                       'plan': decision.plan, 'moves': decision.moves,
                       'overhead': decision.overhead})
         if decision.action != 'skipped':
-            self._notify('numa_overhead.placement', decision.payload())
+            self.notify('numa_overhead.placement', decision.payload())
         return decision
 
     def _judge_placement(self, domain, cpu, before, shares):
@@ -859,14 +859,19 @@ class Agent:
                       exc_info=error)
         return None
 
-    def _pages_allowed(self, mb: float) -> int:
+    def pages_allowed(self, mb: float) -> int:
+        """Pages the move rate (``migrate_rate_mb_per_s``) lets move now for
+        ``mb`` MiB (shared by the placer, the rebalancer and the optimizer).
+        """
         return int(self.rate.take(mb) * PAGES_PER_MB)
 
-    def _count_failures(self, failed: dict) -> None:
+    def count_failures(self, failed: dict) -> None:
+        """Add the pages a move could not move, per errno, to ``status``."""
         for name, count in (failed or {}).items():
             self.failures[name] = self.failures.get(name, 0) + count
 
-    def _notify(self, event_type: str, payload: dict) -> None:
+    def notify(self, event_type: str, payload: dict) -> None:
+        """Send a notification (this host added); never fails the caller."""
         if self.notifier is None:
             return
         try:
@@ -939,7 +944,7 @@ class Agent:
         if domain is None:
             return
         if self.opts.enforcement == 'pages':
-            pages = self._pages_allowed(move.mb)
+            pages = self.pages_allowed(move.mb)
             error = None
             try:
                 domain = self._widen(domain, move.dst)
@@ -957,20 +962,20 @@ class Agent:
                 return
             payload['moved_pages'] = result.moved
             payload['failed'] = dict(result.failed)
-            self._count_failures(result.failed)
+            self.count_failures(result.failed)
             action = 'moved'
             self.record(move.guest, 'rebalanced', 'ok: %d of %d pages '
                         'node %d -> %d%s' % (
                             result.moved, result.requested, move.src,
                             move.dst, _failed_text(result.failed)))
-            self._write_record(domain)
+            self.write_record(domain)
         else:
             action = 'would move (enforcement=%s)' % self.opts.enforcement
         LOG.info('Rebalance %(action)s %(mb)d MiB of %(guest)s from node '
                  '%(src)d to node %(dst)d: %(reason)s',
                  {'action': action, 'mb': move.mb, 'guest': move.guest,
                   'src': move.src, 'dst': move.dst, 'reason': move.reason})
-        self._notify('numa_overhead.rebalance', payload)
+        self.notify('numa_overhead.rebalance', payload)
 
     def _widen(self, domain, node):
         """Add ``node`` to a nodeset the agent narrowed, so pages can go
@@ -1005,10 +1010,10 @@ class Agent:
                     continue
                 state = self.collector.guests.get(guest.name)
                 view = self.host_view(without=guest.name)
-                better = self._guarded(domain, 'Co-location',
-                                       self.placer.better_home,
-                                       self.as_nova_placed(domain), view,
-                                       state.cpu)
+                better = self.guarded(domain, 'Co-location',
+                                      self.placer.better_home,
+                                      self.as_nova_placed(domain), view,
+                                      state.cpu)
                 if better is None:
                     continue
                 decision = self.place(domain)

@@ -772,8 +772,8 @@ class Optimizer:
             set(state.memory_mb if state else ())
         neighbours = self.neighbours(action.guest, touched)
         nodes = tuple(action.nodes) if action.with_memory else ()
-        done = agent._guarded(domain, 'Optimizer move', self._move, domain,
-                              nodes, action.cpus)
+        done = agent.guarded(domain, 'Optimizer move', self._move, domain,
+                             nodes, action.cpus)
         if not done:
             if action.guest in agent.domains:
                 self.counts['failed'] += 1
@@ -789,7 +789,7 @@ class Optimizer:
         agent.record(action.guest, 'optimized',
                      'ok: %s to nodes %s: %s'
                      % (what, _text(action.nodes), reason))
-        agent._write_record(domain)
+        agent.write_record(domain)
         settle = now + action.moved_mb / self._rate() + 1.0
         if before is not None:
             rpi = {}
@@ -813,7 +813,7 @@ class Optimizer:
                  '%(reason)s', {'guest': action.guest, 'what': what,
                                 'nodes': _text(action.nodes),
                                 'reason': reason})
-        agent._notify('numa_overhead.optimize', {
+        agent.notify('numa_overhead.optimize', {
             'guest': action.guest, 'nodes': list(action.nodes),
             'memory': action.with_memory,
             'predicted_gain': action.gain, 'cost': action.cost,
@@ -838,8 +838,8 @@ class Optimizer:
             if moves:
                 mb = sum(m[2] for m in moves)
                 result = hv.move_pages(domain, moves,
-                                       self.agent._pages_allowed(mb))
-                self.agent._count_failures(result.failed)
+                                       self.agent.pages_allowed(mb))
+                self.agent.count_failures(result.failed)
         return True
 
     # -- the closed loop ------------------------------------------------------
@@ -942,11 +942,11 @@ class Optimizer:
         self.agent.record(check.guest, 'optimized', 'ok: ' + text)
         domain = self.agent.domains.get(check.guest)
         if domain is not None:
-            self.agent._write_record(domain)
+            self.agent.write_record(domain)
         LOG.info('Move of %(guest)s to nodes %(nodes)s %(text)s',
                  {'guest': check.guest, 'nodes': _text(check.nodes),
                   'text': text})
-        self.agent._notify(event, dict(payload, guest=check.guest))
+        self.agent.notify(event, dict(payload, guest=check.guest))
 
     def _learn(self, net, predicted, trust) -> None:
         if predicted <= 0 or trust <= 0:
@@ -988,7 +988,7 @@ class Optimizer:
             if room < domain.memory_mb + self.opts.reserve_mb:
                 nodes = agent.restrictions.get(check.guest, ((), ()))[0]
         restored = [None]
-        done = domain is not None and agent._guarded(
+        done = domain is not None and agent.guarded(
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,
             restored)
         self.backoff[check.guest] = (undos + 1, now + wait)
@@ -1005,12 +1005,12 @@ class Optimizer:
         agent.record(check.guest, 'undone',
                      'ok: back where it ran: %s; left alone %d s' % (
                          text, wait))
-        agent._write_record(domain)
+        agent.write_record(domain)
         LOG.info('Undid the move of %(guest)s to nodes %(nodes)s: '
                  '%(text)s; left alone for %(wait)d s',
                  {'guest': check.guest, 'nodes': _text(check.nodes),
                   'text': text, 'wait': wait})
-        agent._notify('numa_overhead.optimize.undone', {
+        agent.notify('numa_overhead.optimize.undone', {
             'guest': check.guest, 'progress': own, 'neighbours': hood,
             'backoff_s': wait})
         return True

@@ -245,7 +245,7 @@ class TestOnLibvirt(StatusTestCase):
         name = self.floating.name()
         agent.optimizer.per_guest[name] = collections.Counter(
             moved=3, kept=1, undone=1)
-        agent._write_record(agent.domains[name])
+        agent.write_record(agent.domains[name])
         conf = self.write_conf('[DEFAULT]\nhost = cmp-status\n'
                                '[numa_overhead_agent]\n'
                                'enforcement = pages\n')
