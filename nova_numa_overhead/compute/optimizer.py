@@ -831,7 +831,7 @@ class Optimizer:
             return True
         hv.set_nodeset(domain, nodes)
         if self.agent.opts.enforcement == placer_mod.PAGES:
-            now = self.agent.placer._measure(domain, {})
+            now = self.agent.placer.memory_now(domain, {})
             touched = sum(now.values())
             target = {n: touched * f for n, f in cost.even(nodes).items()}
             moves = placer_mod.moves_towards(now, target)

@@ -306,7 +306,7 @@ class Placer:
             # Restricting the nodeset made the kernel move what lay outside
             # it (cgroup v2 migrates on a cpuset.mems change): plan the rest
             # from where the memory is now, so that no page moves twice.
-            now = self._measure(domain, before)
+            now = self.memory_now(domain, before)
             decision.moves = moves_towards(
                 {n: mb for n, mb in now.items() if n in allowed},
                 plan.shares)
@@ -340,8 +340,10 @@ class Placer:
         return dataclasses.replace(
             wider, shares={n: s for n, s in shares.items() if s > 0})
 
-    def _measure(self, domain, before: dict) -> dict:
-        """The guest's memory per node now; ``before`` if unreadable."""
+    def memory_now(self, domain, before: dict) -> dict:
+        """The guest's memory per node now (MiB), read after a nodeset
+        change; ``before`` if unreadable (the optimizer's moves read it too).
+        """
         try:
             return self.hv.memory_per_node(domain)
         except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
