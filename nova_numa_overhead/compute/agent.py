@@ -860,18 +860,23 @@ class Agent:
         return None
 
     def pages_allowed(self, mb: float) -> int:
-        """Pages the move rate (``migrate_rate_mb_per_s``) lets move now for
-        ``mb`` MiB (shared by the placer, the rebalancer and the optimizer).
+        """Take up to ``mb`` MiB from the ``migrate_rate_mb_per_s`` budget
+        (shared by the placer, the rebalancer and the optimizer; all of it
+        when the rate is unlimited) and return them as pages.
         """
         return int(self.rate.take(mb) * PAGES_PER_MB)
 
     def count_failures(self, failed: dict) -> None:
-        """Add the pages a move could not move, per errno, to ``status``."""
+        """Add the pages a move could not move, per errno name, to
+        ``self.failures``.
+        """
         for name, count in (failed or {}).items():
             self.failures[name] = self.failures.get(name, 0) + count
 
     def notify(self, event_type: str, payload: dict) -> None:
-        """Send a notification (this host added); never fails the caller."""
+        """Send a notification, with ``host`` added to the payload; never
+        fails the caller.
+        """
         if self.notifier is None:
             return
         try:

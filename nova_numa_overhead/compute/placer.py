@@ -342,7 +342,8 @@ class Placer:
 
     def memory_now(self, domain, before: dict) -> dict:
         """The guest's memory per node now (MiB), read after a nodeset
-        change; ``before`` if unreadable (the optimizer's moves read it too).
+        change (the placer's and the optimizer's); ``before`` if unreadable.
+        DomainGone and HypervisorUnavailable are raised.
         """
         try:
             return self.hv.memory_per_node(domain)
@@ -351,7 +352,7 @@ class Placer:
         except (hv_mod.HypervisorError, OSError, ValueError) as exc:
             # Measuring is the agent's business: the pages can still move
             # from where they were.
-            LOG.debug('Memory of %s unreadable after restricting it: %s',
+            LOG.debug('Memory of %s unreadable after its nodeset changed: %s',
                       domain.name, exc)
             return before
 
