@@ -747,7 +747,14 @@ class Optimizer:
         # kernel would place them anywhere, away from the memory the
         # agent confined (measured: worse than pinning them back).
         ran_on = tuple(sorted(state.cpu)) if state else ()
-        undo = (tuple(previous[0]),
+        # And its memory back on the nodes that held it: with no
+        # restriction of the agent's before, widening the nodeset to
+        # Nova's again would leave the pages where the move put them,
+        # away from the vCPUs going back.
+        held = tuple(sorted(n for n, f in collector_mod.fractions(
+            state.memory_mb).items() if f >= MIN_SHIFT)) \
+            if state and action.with_memory else ()
+        undo = (tuple(previous[0]) or held,
                 tuple(previous[1]) or self._cpus(domain, ran_on))
         reason = ('predicted gain %.3f pays its cost %.1f guest-s back '
                   'within %d s (%d MiB to move)' % (

@@ -749,18 +749,35 @@ class TestClosedLoop(OptimizerTestCase):
 
     def test_undo_of_a_guest_nova_and_the_agent_left_free(self):
         # No restriction before the move: back to the CPUs it ran on,
-        # and every node Nova allows.
-        self.remote('a')
+        # and its memory back on the node that held it (widening the
+        # nodeset to Nova's would leave the pages on node 1, away from
+        # the vCPUs).
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
         agent = self.start()
         agent.restrictions['a'] = ((), ())
         opt = agent.optimizer
         opt.apply(self.to_node1(), self.clock.now)
+        self.assertEqual(((0,), NODE0_CPUS), opt.checks['a'].undo)
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
+        self.assertEqual((0,), self.hv.nodesets['a'])
+        self.assertEqual(((0,), NODE0_CPUS), agent.restrictions['a'])
+
+    def test_undo_of_a_vcpu_move_leaves_the_nodeset_to_nova(self):
+        # Its pages did not move: nothing to bring back, Nova's nodes.
+        self.remote('a')
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        opt = agent.optimizer
+        action = self.to_node1()
+        action.with_memory = False
+        opt.apply(action, self.clock.now)
         self.assertEqual(((), NODE0_CPUS), opt.checks['a'].undo)
         end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
-        opt.verdicts(end)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
         self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
         self.assertEqual((0, 1), self.hv.nodesets['a'])
-        self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
 
     def test_failed_undo_is_counted(self):
         agent, now = self.moved()
