@@ -28,6 +28,7 @@ from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead.compute import cgroups
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.compute import numa_stat
+from nova_numa_overhead.compute import optimizer
 from nova_numa_overhead.compute import probe
 from tests import base as tests_base
 from tests.numa import base
@@ -197,3 +198,46 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
         self.assertGreater(hot_mb.get(1, 0), 0, hot_mb)
         self.assertGreater(cold_mb.get(0, 0), 0, cold_mb)
         self.assertEqual({}, dict(agent.failures))
+
+    def test_an_undone_move_brings_the_pages_back(self):
+        # A guest Nova left free (no restriction of the agent's), its
+        # memory on node 0: the optimizer moves it, vCPU and memory, to
+        # node 1; the move made it slower, and the undo brings its pages
+        # back to node 0, not only its vCPU (widening the nodeset would
+        # have left them on node 1).
+        # No pass of the optimizer's own meanwhile: the test makes the move.
+        self.flags(group='numa_overhead_agent', optimize_interval=3600)
+        clock = [1000.0]
+        guest = self.guest('a', [(0, 64)], 0, {})
+        agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm',
+                                clock=lambda: clock[0],
+                                sleep=lambda s: None)
+        for _ in range(agent.opts.loop_window + 1):
+            clock[0] += 1
+            self.hv.run('a', 1000000, 2000000, 40000, 20000, 0)
+            agent.cycle()
+        pid = guest.pid
+        every = tuple(range(agent.topology.size))
+        cgroups.set_memory_nodes(pid, list(every))
+        agent.restrictions['a'] = ((), ())
+        self.assertEqual({0: 64}, guest.nodes_mb())
+        node0 = tuple(agent.topology.nodes[0].cpus)
+        node1 = tuple(agent.topology.nodes[1].cpus)
+        opt = agent.optimizer
+        self.assertTrue(opt.apply(optimizer.Action(
+            'a', (1,), node1, 0.5, 0.1, 64.0, ({1: 1.0}, {1: 1.0})),
+            clock[0]))
+        self.assertEqual((1,), cgroups.memory_nodes(pid))
+        self.assertEqual({1: 64}, guest.nodes_mb())
+        check = opt.checks['a']
+        self.assertEqual(((0,), node0), check.undo)
+        # Half as fast after the move.
+        history = opt.history['a']
+        for i in range(agent.opts.loop_window):
+            history.append(optimizer.Rates(check.settle + 1 + i, 500000.0,
+                                           1000000.0, 20000.0, 10000.0))
+        end = check.settle + agent.opts.loop_window
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual((0,), cgroups.memory_nodes(pid))
+        self.assertEqual({0: 64}, guest.nodes_mb())
+        self.assertEqual(set(node0), os.sched_getaffinity(pid))
