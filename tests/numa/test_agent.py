@@ -241,3 +241,44 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
         self.assertEqual((0,), cgroups.memory_nodes(pid))
         self.assertEqual({0: 64}, guest.nodes_mb())
         self.assertEqual(set(node0), os.sched_getaffinity(pid))
+
+    def test_paced_confinement_moves_the_pages_first(self):
+        # pace_nodeset_changes: the pages go at migrate_rate_mb_per_s
+        # (16 MiB a second here) while the nodeset stays wide, then the
+        # nodeset is narrowed with a second's worth left for the kernel.
+        self.flags(group='numa_overhead_agent', pace_nodeset_changes=True,
+                   migrate_rate_mb_per_s=16, optimize_interval=3600)
+        clock = [1000.0]
+        guest = self.guest('a', [(0, 64)], 0, {})
+        agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm',
+                                clock=lambda: clock[0],
+                                sleep=lambda s: None)
+
+        def cycle():
+            clock[0] += 1
+            self.hv.run('a', 1000000, 2000000, 40000, 20000, 0)
+            agent.cycle()
+
+        cycle()
+        pid = guest.pid
+        every = tuple(range(agent.topology.size))
+        cgroups.set_memory_nodes(pid, list(every))
+        agent.restrictions['a'] = ((), ())
+        self.assertEqual({0: 64}, guest.nodes_mb())
+        clock[0] += 1
+        self.assertFalse(agent.confine(agent.domains['a'], (1,)))
+        self.assertEqual(every, cgroups.memory_nodes(pid))
+        where = guest.nodes_mb()
+        self.assertGreater(where.get(1, 0), 0, where)
+        self.assertLessEqual(where.get(1, 0), 18, where)
+        cycles = 0
+        while agent.confining and cycles < 10:
+            cycle()
+            cycles += 1
+            if agent.confining:
+                self.assertEqual(every, cgroups.memory_nodes(pid))
+        self.assertEqual({}, agent.confining)
+        self.assertGreaterEqual(cycles, 2)
+        self.assertEqual((1,), cgroups.memory_nodes(pid))
+        self.assertEqual({1: 64}, guest.nodes_mb())
+        self.assertEqual({}, dict(agent.failures))

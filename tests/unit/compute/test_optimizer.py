@@ -1456,3 +1456,113 @@ class TestLearnedStalls(OptimizerTestCase):
 
         self.assertEqual([], run(learn=False))
         self.assertEqual(['a'], run(learn=True))
+
+
+class TestPacedConfinement(OptimizerTestCase):
+    """``pace_nodeset_changes``: pages first, at the move rate, then the
+    nodeset.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.flags(group='numa_overhead_agent', enforcement='pages',
+                   pace_nodeset_changes=True, migrate_rate_mb_per_s=1024)
+
+    def local(self, memory_mb=4 * GIB):
+        self.hv.add('a', {0: memory_mb}, vcpu_node=0)
+        return self.start()
+
+    def test_pages_go_first_then_the_nodeset(self):
+        agent = self.local()
+        self.assertFalse(agent.confine(agent.domains['a'], (1,)))
+        # Widened to Nova's nodes (all) meanwhile, a second's worth moved.
+        self.assertEqual((0, 1), self.hv.nodesets['a'])
+        self.assertEqual({0: 3 * GIB, 1: GIB}, self.hv.memory['a'])
+        self.assertIn('a', agent.confining)
+        self.sample(agent, 2)
+        self.assertEqual({0: GIB, 1: 3 * GIB}, self.hv.memory['a'])
+        self.assertEqual((0, 1), self.hv.nodesets['a'])
+        # A second's worth left outside: the kernel moves it.
+        self.sample(agent, 1)
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        self.assertEqual({}, agent.confining)
+        self.assertIn('Confined a to nodes 1 (1024 MiB left outside',
+                      self.logger.output)
+
+    def test_shares_are_followed(self):
+        agent = self.local()
+        self.hv.memory['a'] = {0: 3 * GIB}
+        self.hv.free[0] += GIB
+        self.hv.add('b', {1: 1}, vcpu_node=1)
+        agent.confine(agent.domains['a'], (0, 1), {0: 1.0, 1: 3.0})
+        # Pages outside the set only: none here, nothing to pace.
+        self.assertEqual((0, 1), self.hv.nodesets['a'])
+        self.assertEqual({}, agent.confining)
+
+    def test_little_outside_narrows_at_once(self):
+        agent = self.local(memory_mb=512)
+        self.assertTrue(agent.confine(agent.domains['a'], (1,)))
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        self.assertEqual({}, agent.confining)
+
+    def test_pages_that_do_not_move_are_left_to_the_kernel(self):
+        agent = self.local()
+        self.hv.free[1] = 0
+        self.assertFalse(agent.confine(agent.domains['a'], (1,)))
+        self.assertEqual({0: 4 * GIB}, self.hv.memory['a'])
+        # Nothing moved at the next cycle either: narrowed.
+        self.sample(agent, 1)
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        self.assertEqual({}, agent.confining)
+
+    def test_off_narrows_at_once(self):
+        self.flags(group='numa_overhead_agent', pace_nodeset_changes=False)
+        agent = self.local()
+        self.assertTrue(agent.confine(agent.domains['a'], (1,)))
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        self.assertEqual({0: 4 * GIB}, self.hv.memory['a'])
+
+    def test_a_guest_that_left_is_dropped(self):
+        agent = self.local()
+        agent.confine(agent.domains['a'], (1,))
+        self.hv.remove('a')
+        self.sample(agent, 1)
+        self.assertEqual({}, agent.confining)
+
+    def test_a_failure_is_contained(self):
+        agent = self.local()
+        agent.confine(agent.domains['a'], (1,))
+        self.hv.raise_on[('move_pages', 'a')] = hv_mod.HypervisorError('no')
+        self.sample(agent, 1)
+        self.assertEqual(1, agent.errors['HypervisorError'])
+
+    def test_the_verdict_waits_for_the_pages(self):
+        agent = self.local()
+        opt = agent.optimizer
+        action = optimizer.Action('a', (1,), NODE1_CPUS, 0.5, 8.0,
+                                  4.0 * GIB, ({1: 1.0}, {1: 1.0}))
+        self.assertTrue(opt.apply(action, self.clock.now))
+        self.assertIn('a', agent.confining)
+        check = opt.checks['a']
+        end = self.progress(agent, 'a', 0.5 * IPS, check.settle)
+        self.assertEqual([], opt.verdicts(end))
+        self.assertEqual(end + 1.0, check.settle)
+        agent.confining.clear()
+        end = self.progress(agent, 'a', 0.5 * IPS, check.settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        # Back on node 0, through the same path: a second's worth of its
+        # pages had moved, the kernel moves them back at once.
+        self.assertEqual((0,), self.hv.nodesets['a'])
+        self.assertEqual({}, agent.confining)
+
+    def test_the_placer_paces_a_running_guests_memory(self):
+        # Listed with its memory on node 1 and its vCPUs on node 0: the
+        # local plan confines it to node 0, its pages moving first.
+        self.hv.add('a', {1: 4 * GIB}, vcpu_node=0)
+        agent = self.make_agent()
+        agent.cycle()
+        decision = agent.decisions['a']
+        self.assertEqual('restricted', decision.action, decision)
+        self.assertIn('its pages moving there at migrate_rate_mb_per_s',
+                      decision.reason)
+        self.assertEqual((0,), agent.confining['a'][0])
