@@ -991,9 +991,10 @@ class Agent:
     def rebalanced(self, name: str, domain) -> bool:
         """Whether the agent may move ``name`` after its placement (the
         rebalancer, the optimizer): managed, its flavor allows it, not
-        being live-migrated.
+        being live-migrated, its pages not on their way to a nodeset
+        (:meth:`confine`).
         """
-        if name in self.migrating:
+        if name in self.migrating or name in self.confining:
             return False
         policy, _ = placer_mod.guest_policy(
             domain, self.opts.managed_guests,
