@@ -201,6 +201,9 @@ class Check:
     # name -> LLC references per instruction before (it and its
     # neighbours): a phase of a workload changes them, a move barely.
     rpi: dict = dataclasses.field(default_factory=dict)
+    # Its undo confines it to the nodes that held its memory, where Nova
+    # had left it free: without room there, Nova's nodes again.
+    held: bool = False
 
 
 @dataclasses.dataclass
@@ -751,9 +754,14 @@ class Optimizer:
         # restriction of the agent's before, widening the nodeset to
         # Nova's again would leave the pages where the move put them,
         # away from the vCPUs going back.
+        # Within Nova's nodes; all of them: Nova's placement, as before.
+        nova = set(agent.nova_allowed.get(action.guest, ()) or
+                   range(agent.topology.size))
         held = tuple(sorted(n for n, f in collector_mod.fractions(
-            state.memory_mb).items() if f >= MIN_SHIFT)) \
-            if state and action.with_memory else ()
+            state.memory_mb).items() if f >= MIN_SHIFT and n in nova)) \
+            if state and action.with_memory and not previous[0] else ()
+        if set(held) == nova:
+            held = ()
         undo = (tuple(previous[0]) or held,
                 tuple(previous[1]) or self._cpus(domain, ran_on))
         reason = ('predicted gain %.3f pays its cost %.1f guest-s back '
@@ -807,7 +815,7 @@ class Optimizer:
             self.checks[action.guest] = Check(
                 action.guest, now, settle, before.ips, neighbours, undo,
                 action.gain, tuple(action.nodes), action.moved_mb,
-                self.trust, dict(action.effects), rpi)
+                self.trust, dict(action.effects), rpi, bool(held))
         else:
             # Nothing to judge it against (measured fewer than
             # loop_window samples): left alone until it settles, counted.
@@ -1000,7 +1008,8 @@ class Optimizer:
             room = sum(view.free_mb[n] for n in nodes
                        if 0 <= n < len(view.free_mb))
             if room < domain.memory_mb + self.opts.reserve_mb:
-                nodes = agent.restrictions.get(check.guest, ((), ()))[0]
+                nodes = () if check.held else agent.restrictions.get(
+                    check.guest, ((), ()))[0]
         restored = [None]
         done = domain is not None and agent.guarded(
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,

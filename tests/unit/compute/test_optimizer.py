@@ -764,6 +764,37 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual((0,), self.hv.nodesets['a'])
         self.assertEqual(((0,), NODE0_CPUS), agent.restrictions['a'])
 
+    def test_undo_without_room_where_it_was_gives_novas_nodes(self):
+        # Its old node filled up meanwhile: Nova's nodes, as before, not
+        # the move's node with the vCPUs sent back.
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        opt = agent.optimizer
+        opt.apply(self.to_node1(), self.clock.now)
+        self.hv.add('big', {0: self.hv.free[0]}, vcpu_node=0)
+        self.sample(agent, 1)
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual((0, 1), self.hv.nodesets['a'])
+        self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
+
+    def test_undo_stays_within_novas_nodes(self):
+        self.hv = fakes.FakeHypervisor(nodes=3, memory_mb=64 * GIB)
+        self.hv.add('a', {0: 3 * GIB, 2: GIB}, vcpu_node=0)
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        agent.nova_allowed['a'] = (0, 1)
+        opt = agent.optimizer
+        opt.apply(self.to_node1(), self.clock.now)
+        self.assertEqual(((0,), NODE0_CPUS), opt.checks['a'].undo)
+        # Its memory on every node Nova allows: Nova's placement.
+        del opt.checks['a']
+        agent.restrictions['a'] = ((), ())
+        agent.nova_allowed['a'] = (0, 2)
+        opt.apply(self.to_node1(), self.clock.now)
+        self.assertEqual(((), NODE0_CPUS), opt.checks['a'].undo)
+
     def test_undo_of_a_vcpu_move_leaves_the_nodeset_to_nova(self):
         # Its pages did not move: nothing to bring back, Nova's nodes.
         self.remote('a')
@@ -778,6 +809,7 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual([('a', 'undone')], opt.verdicts(end))
         self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
         self.assertEqual((0, 1), self.hv.nodesets['a'])
+        self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
 
     def test_failed_undo_is_counted(self):
         agent, now = self.moved()
