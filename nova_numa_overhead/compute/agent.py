@@ -991,10 +991,9 @@ class Agent:
     def rebalanced(self, name: str, domain) -> bool:
         """Whether the agent may move ``name`` after its placement (the
         rebalancer, the optimizer): managed, its flavor allows it, not
-        being live-migrated, its pages not on their way to a nodeset
-        (:meth:`confine`).
+        being live-migrated.
         """
-        if name in self.migrating or name in self.confining:
+        if name in self.migrating:
             return False
         policy, _ = placer_mod.guest_policy(
             domain, self.opts.managed_guests,

@@ -1598,11 +1598,3 @@ class TestPacedConfinement(OptimizerTestCase):
         self.assertIn('its pages moving there at migrate_rate_mb_per_s',
                       decision.reason)
         self.assertEqual((0,), agent.confining['a'][0])
-
-    def test_a_guest_on_its_way_is_left_to_the_pacing(self):
-        agent = self.local()
-        domain = agent.domains['a']
-        self.assertTrue(agent.rebalanced('a', domain))
-        agent.confine(domain, (1,))
-        self.assertFalse(agent.rebalanced('a', domain))
-        self.assertEqual([], agent.optimizer.movable(self.clock.now))
