@@ -148,7 +148,7 @@ class Agent:
             page_budget=self.pages_allowed,
             colocate_cpus=self._colocation_cpus if self.opts.colocate_vcpus
             else None, judge=self._judge_placement,
-            remote=self.opts.remote_placement, confine=self.confine)
+            remote=self.opts.remote_placement)
         self.domains: dict = {}
         self.pending: set = set()
         # What Nova allowed each guest (nodes, CPUs; () = all), and the
@@ -181,9 +181,6 @@ class Agent:
         self.free_mb = []
         self._backoff = 0
         self.optimizer = optimizer_mod.Optimizer(self)
-        # name -> (nodes, shares, MiB left outside at the last step): a
-        # confinement whose pages are still on their way (:meth:`confine`).
-        self.confining = {}
 
     # -- topology ---------------------------------------------------------
 
@@ -327,7 +324,6 @@ class Agent:
             if domain.name in current:
                 self.place(domain)
         self.protect()
-        self.pace()
         self._optimize(now)
         if started or stopped or changed:
             self.dirty = True
@@ -366,7 +362,6 @@ class Agent:
             self.nova_allowed.pop(name, None)
             self.nova_cpus.pop(name, None)
             self.restrictions.pop(name, None)
-            self.confining.pop(name, None)
             self.migrating.discard(name)
             self._warned = {w for w in self._warned if w[0] != name}
 
@@ -699,102 +694,6 @@ class Agent:
         return [max(0, f) for f in room_mod.uncommitted_free(
             free, topology.distances, self.commitments())]
 
-    # -- paced confinement ----------------------------------------------------
-
-    def confine(self, domain, nodes, shares=None) -> bool:
-        """Confine ``domain``'s memory to ``nodes``, its pages moving no
-        faster than ``migrate_rate_mb_per_s``.
-
-        Narrowing the nodeset (cpuset.mems, cgroup v2) makes the kernel
-        move every page outside it during the write, at memory speed:
-        tens of GiB in one go for a large guest. With
-        ``pace_nodeset_changes``, ``enforcement = pages`` and a rate, the
-        pages outside go first, by move_pages
-        within the rate budget, a batch a cycle, towards ``shares`` (node
-        -> fraction; even by default), the nodeset widened to ``nodes``
-        meanwhile so that they may land there; the nodeset is narrowed
-        once no more than a second's worth is left outside, or when a
-        cycle moved none (the kernel moves the rest). True: confined now;
-        False: on its way (:meth:`pace` goes on with it every cycle).
-        """
-        nodes = tuple(sorted(set(nodes)))
-        self.confining.pop(domain.name, None)
-        rate = self.opts.migrate_rate_mb_per_s
-        if not self.opts.pace_nodeset_changes or rate <= 0 or \
-                self.opts.enforcement != placer_mod.PAGES:
-            self.hv.set_nodeset(domain, nodes)
-            return True
-        outside = self._outside(domain, nodes)
-        if sum(outside.values()) <= rate:
-            self.rate.take(sum(outside.values()))
-            self.hv.set_nodeset(domain, nodes)
-            return True
-        # Meanwhile Nova's nodes (a wider nodeset moves no page; the
-        # listing's may be older than the agent's last change).
-        wide = set(self.nova_allowed.get(domain.name, ()) or
-                   range(self.topology.size)) | set(nodes)
-        self.hv.set_nodeset(domain, tuple(sorted(wide)))
-        shares = dict(shares) if shares else {n: 1.0 for n in nodes}
-        self.confining[domain.name] = (nodes, shares, float('inf'))
-        self._step_confining(domain, outside)
-        return False
-
-    def pace(self) -> list:
-        """One step of every confinement on its way; returns the names
-        of those it finished (nodeset narrowed).
-        """
-        done = []
-        for name in list(self.confining):
-            domain = self.domains.get(name)
-            if domain is None or name in self.migrating:
-                self.confining.pop(name, None)
-                continue
-            if self.guarded(domain, 'Confining its memory',
-                            self._pace_one, domain):
-                done.append(name)
-        return done
-
-    def _outside(self, domain, nodes) -> dict:
-        """Node -> MiB of ``domain``'s memory outside ``nodes``."""
-        now = self.placer.memory_now(domain, {})
-        return {n: mb for n, mb in now.items() if n not in nodes and mb > 0}
-
-    def _pace_one(self, domain) -> bool:
-        nodes, _shares, last = self.confining[domain.name]
-        outside = self._outside(domain, nodes)
-        left = sum(outside.values())
-        if left > self.opts.migrate_rate_mb_per_s and left < last - 1:
-            self._step_confining(domain, outside)
-            return False
-        # A second's worth left, or nothing moved since the last cycle
-        # (no room, or pages that do not move): the kernel does the rest.
-        self.confining.pop(domain.name, None)
-        self.rate.take(left)
-        self.hv.set_nodeset(domain, nodes)
-        LOG.info('Confined %(guest)s to nodes %(nodes)s (%(left)d MiB left '
-                 'outside for the kernel to move)',
-                 {'guest': domain.name, 'nodes': _set_text(nodes),
-                  'left': left})
-        return True
-
-    def _step_confining(self, domain, outside) -> None:
-        """Move what the rate allows of the pages ``outside``."""
-        nodes, shares, _last = self.confining[domain.name]
-        left = sum(outside.values())
-        self.confining[domain.name] = (nodes, shares, left)
-        total = sum(shares.get(n, 0.0) for n in nodes)
-        pages = self.pages_allowed(left)
-        if total <= 0 or pages <= 0:
-            return
-        # What the rate allows now, from every node outside to every node
-        # of the set in its share.
-        scale = pages / PAGES_PER_MB / left / total
-        moves = [(src, dst, mb * shares.get(dst, 0.0) * scale)
-                 for src, mb in sorted(outside.items()) for dst in nodes
-                 if shares.get(dst, 0.0) > 0]
-        result = self.hv.move_pages(domain, moves, pages)
-        self.count_failures(result.failed)
-
     def protect(self) -> list:
         """Give Nova's nodes back to guests the agent confined to nodes
         that can no longer hold them.
@@ -816,7 +715,6 @@ class Agent:
             if room >= domain.memory_mb:
                 continue
             nova_nodes = self.nova_allowed.get(name, ())
-            self.confining.pop(name, None)
             if not self.guarded(domain, "Widening to Nova's nodes",
                                 self._restore_now, domain, nova_nodes,
                                 None):

@@ -844,10 +844,7 @@ class Optimizer:
         hv.pin_vcpus(domain, cpus)
         if not nodes:
             return True
-        if not self.agent.confine(domain, nodes):
-            # Its pages are on their way, evened over the nodes, at the
-            # move rate (the agent's cycle goes on with them).
-            return True
+        hv.set_nodeset(domain, nodes)
         if self.agent.opts.enforcement == placer_mod.PAGES:
             now = self.agent.placer.memory_now(domain, {})
             touched = sum(now.values())
@@ -870,10 +867,6 @@ class Optimizer:
                 # Nova's placement is back for the migration: nothing to
                 # judge, nothing to undo.
                 del self.checks[name]
-                continue
-            if name in self.agent.confining:
-                # Its pages are still on their way (paced): judged after.
-                check.settle = max(check.settle, now + 1.0)
                 continue
             if now < check.settle:
                 continue
@@ -1050,9 +1043,8 @@ class Optimizer:
             agent.hv.restore(domain, None,
                              agent.nova_cpus.get(domain.name, ()))
         if nodes:
-            agent.confine(domain, nodes)
+            agent.hv.set_nodeset(domain, nodes)
         else:
-            agent.confining.pop(domain.name, None)
             agent.hv.restore(domain,
                              agent.nova_allowed.get(domain.name, ()), None)
         restored[0] = (tuple(nodes), tuple(cpus))

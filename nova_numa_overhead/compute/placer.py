@@ -142,7 +142,7 @@ class Placer:
                  default_policy: str = planner.PROPORTIONAL,
                  default_max_nodes: int = planner.DEFAULT_MAX_NODES,
                  page_budget=None, colocate_cpus=None, judge=None,
-                 remote=False, confine=None):
+                 remote=False):
         self.hv = hypervisor
         self.enforcement = enforcement
         self.reserve_mb = reserve_mb
@@ -162,14 +162,6 @@ class Placer:
         # False: a starting proportional guest's memory only on its vCPUs'
         # nodes ([numa_overhead_agent] remote_placement).
         self.remote = remote
-        # Callable(domain, nodes, shares) -> True when the nodeset was
-        # narrowed now, False when the pages go first, paced (the agent's
-        # :meth:`~nova_numa_overhead.compute.agent.Agent.confine`).
-        self.confine = confine or self._set_nodeset
-
-    def _set_nodeset(self, domain, nodes, shares=None) -> bool:
-        self.hv.set_nodeset(domain, nodes)
-        return True
 
     def _local_only(self, policy) -> bool:
         """Whether the guest's memory is planned on its vCPUs' nodes only:
@@ -302,7 +294,7 @@ class Placer:
             decision.action = 'skipped'
             decision.reason = '%s: left where it is' % verdict
             return decision
-        confined = self.confine(domain, nodes, plan.shares)
+        self.hv.set_nodeset(domain, nodes)
         decision.action = 'restricted'
         if moves_vcpus:
             cpus = self.colocate_cpus().get(plan.local)
@@ -310,10 +302,7 @@ class Placer:
                 self.hv.pin_vcpus(domain, cpus)
                 decision.cpus = tuple(cpus)
                 decision.reason += ', vCPUs to node %d' % plan.local
-        if self.enforcement == PAGES and not confined:
-            decision.reason += (', its pages moving there at '
-                                'migrate_rate_mb_per_s')
-        elif self.enforcement == PAGES:
+        if self.enforcement == PAGES:
             # Restricting the nodeset made the kernel move what lay outside
             # it (cgroup v2 migrates on a cpuset.mems change): plan the rest
             # from where the memory is now, so that no page moves twice.

@@ -248,10 +248,8 @@ Possible values:
         default=256.0,
         min=0.0,
         help="""
-Highest average rate of the page moves the agent makes with move_pages(2),
-in MiB/s, summed over all guests; 0 means no limit. When the agent narrows a
-guest's nodeset, the kernel moves the pages outside it at once, at memory
-speed, unless ``pace_nodeset_changes`` is set.
+Highest average rate of page moves, in MiB/s, summed over all guests; 0
+means no limit.
 
 Possible values:
 
@@ -260,38 +258,6 @@ Possible values:
 Related options:
 
 * ``[numa_overhead_agent] max_move_mb_per_period``
-* ``[numa_overhead_agent] enforcement``
-* ``[numa_overhead_agent] pace_nodeset_changes``
-"""),
-    cfg.BoolOpt(
-        'pace_nodeset_changes',
-        default=False,
-        help="""
-Move a running guest's pages at ``migrate_rate_mb_per_s`` before narrowing its
-nodeset (``enforcement = pages`` only).
-
-Narrowing a nodeset (cpuset.mems, cgroup v2) makes the kernel move every page
-outside it during the write, at memory speed: for a large guest, GiB of
-migration traffic in one burst on the nodes involved, and the agent's call
-blocked meanwhile. With this option the agent first widens the nodeset to the
-nodes Nova allows, moves the pages outside the new set with move_pages(2), a
-batch each sample within the rate, and narrows the nodeset once no more than a
-second's worth is left outside (or when a sample moved none). The optimizer
-judges such a move once its pages have landed.
-
-Off by default: on the simulator's tuning sweeps, moves paced at the default
-rate of 256 MiB/s left guests on remote memory longer and gave worse results
-(scenarios below 0.99x Nova's default: 4, 3 and 2 -> 4, 6 and 2 on seeds 101,
-201 and 301). Set it where migration bursts matter more than how soon a move
-pays.
-
-Possible values:
-
-* ``true`` or ``false``.
-
-Related options:
-
-* ``[numa_overhead_agent] migrate_rate_mb_per_s``
 * ``[numa_overhead_agent] enforcement``
 """),
     cfg.IntOpt(
