@@ -248,8 +248,10 @@ Possible values:
         default=256.0,
         min=0.0,
         help="""
-Highest average rate of page moves, in MiB/s, summed over all guests; 0
-means no limit.
+Highest average rate of the page moves the agent makes with move_pages(2),
+in MiB/s, summed over all guests; 0 means no limit. When the agent narrows a
+guest's nodeset, the kernel moves the pages outside it at once, during the
+write, at memory speed: this rate does not bound those.
 
 Possible values:
 
