@@ -203,7 +203,7 @@ class Check:
     rpi: dict = dataclasses.field(default_factory=dict)
     # Its undo confines it to the nodes that held its memory, where Nova
     # had left it free: without room there, Nova's nodes again.
-    held: bool = False
+    from_held: bool = False
 
 
 @dataclasses.dataclass
@@ -723,6 +723,27 @@ class Optimizer:
 
     # -- acting ---------------------------------------------------------------
 
+    def _held(self, action, state, previous) -> tuple:
+        """The nodes an undo of ``action`` confines the guest's memory
+        to, where Nova had left it free (``previous``: the agent's
+        restriction before, none): those holding MIN_SHIFT of its memory
+        or more, within Nova's nodes, if none of them is one of the
+        move's. Widening the nodeset to Nova's again would move no page,
+        leaving them where the move put them, away from the vCPUs going
+        back; narrowing it to nodes the move kept would move none either.
+        () (Nova's nodes, as before) otherwise, and for vCPU moves.
+        """
+        if previous[0] or state is None or not action.with_memory:
+            return ()
+        nova = set(self.agent.nova_allowed.get(action.guest, ()) or
+                   range(self.agent.topology.size))
+        held = tuple(sorted(
+            n for n, f in collector_mod.fractions(state.memory_mb).items()
+            if f >= MIN_SHIFT and n in nova))
+        if set(held) & set(action.nodes):
+            return ()
+        return held
+
     def neighbours(self, name, nodes) -> dict:
         """Guests sharing a node (vCPUs or memory) with ``nodes``."""
         out = {}
@@ -750,18 +771,7 @@ class Optimizer:
         # kernel would place them anywhere, away from the memory the
         # agent confined (measured: worse than pinning them back).
         ran_on = tuple(sorted(state.cpu)) if state else ()
-        # And its memory back on the nodes that held it: with no
-        # restriction of the agent's before, widening the nodeset to
-        # Nova's again would leave the pages where the move put them,
-        # away from the vCPUs going back.
-        # Within Nova's nodes; all of them: Nova's placement, as before.
-        nova = set(agent.nova_allowed.get(action.guest, ()) or
-                   range(agent.topology.size))
-        held = tuple(sorted(n for n, f in collector_mod.fractions(
-            state.memory_mb).items() if f >= MIN_SHIFT and n in nova)) \
-            if state and action.with_memory and not previous[0] else ()
-        if set(held) == nova:
-            held = ()
+        held = self._held(action, state, previous)
         undo = (tuple(previous[0]) or held,
                 tuple(previous[1]) or self._cpus(domain, ran_on))
         reason = ('predicted gain %.3f pays its cost %.1f guest-s back '
@@ -815,7 +825,8 @@ class Optimizer:
             self.checks[action.guest] = Check(
                 action.guest, now, settle, before.ips, neighbours, undo,
                 action.gain, tuple(action.nodes), action.moved_mb,
-                self.trust, dict(action.effects), rpi, bool(held))
+                self.trust, dict(action.effects), rpi,
+                from_held=bool(held))
         else:
             # Nothing to judge it against (measured fewer than
             # loop_window samples): left alone until it settles, counted.
@@ -1001,8 +1012,8 @@ class Optimizer:
             room = sum(view.free_mb[n] for n in nodes
                        if 0 <= n < len(view.free_mb))
             if room < domain.memory_mb + self.opts.reserve_mb:
-                nodes = () if check.held else agent.restrictions.get(
-                    check.guest, ((), ()))[0]
+                nodes = () if check.from_held else \
+                    agent.restrictions.get(check.guest, ((), ()))[0]
         restored = [None]
         done = domain is not None and agent.guarded(
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,

@@ -17,6 +17,7 @@ from unittest import mock
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.compute import optimizer
+from nova_numa_overhead.overhead import cost
 from tests.unit.compute import fakes
 from tests.unit.compute import test_agent
 
@@ -779,20 +780,46 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual((0, 1), self.hv.nodesets['a'])
         self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
 
-    def test_undo_stays_within_novas_nodes(self):
+    def undo_nodes(self, memory, nodes=(1,), nova=()):
+        """The nodes an undo of a move of 'a' (memory ``memory``, vCPUs
+        on node 0, free) to ``nodes`` confines its memory to.
+        """
         self.hv = fakes.FakeHypervisor(nodes=3, memory_mb=64 * GIB)
-        self.hv.add('a', {0: 3 * GIB, 2: GIB}, vcpu_node=0)
+        self.hv.add('a', memory, vcpu_node=0)
         agent = self.start()
         agent.restrictions['a'] = ((), ())
-        agent.nova_allowed['a'] = (0, 1)
-        opt = agent.optimizer
-        opt.apply(self.to_node1(), self.clock.now)
-        self.assertEqual(((0,), NODE0_CPUS), opt.checks['a'].undo)
-        # Its memory on every node Nova allows: Nova's placement.
-        del opt.checks['a']
+        agent.nova_allowed['a'] = nova
+        cpus = tuple(c for n in nodes for c in range(8 * n, 8 * n + 8))
+        agent.optimizer.apply(optimizer.Action(
+            'a', nodes, cpus, 0.5, 0.0, 0.0,
+            (cost.even(nodes), cost.even(nodes))), self.clock.now)
+        return agent.optimizer.checks['a'].undo[0]
+
+    def test_undo_stays_within_novas_nodes(self):
+        self.assertEqual((0,), self.undo_nodes({0: 3 * GIB, 2: GIB},
+                                               nova=(0, 1)))
+        self.assertEqual((0, 2), self.undo_nodes({0: 3 * GIB, 2: GIB}))
+
+    def test_undo_leaves_out_nodes_with_little_of_its_memory(self):
+        # 2% of it on node 2: not worth a node of its nodeset.
+        self.assertEqual((0,), self.undo_nodes({0: 4000, 2: 96}))
+
+    def test_undo_of_a_move_onto_a_node_that_held_it_gives_novas(self):
+        # Narrowing to nodes the move kept would move no page back: Nova's
+        # nodes, as before (the kernel's balancing may bring them).
+        self.assertEqual((), self.undo_nodes({1: 4 * GIB}))
+        self.assertEqual((), self.undo_nodes({0: 3 * GIB, 1: GIB}))
+
+    def test_undo_of_a_planned_vcpu_move_gives_novas_nodes(self):
+        # The plan's move of a guest whose memory is on node 1 takes its
+        # vCPUs there (memory included, none to move): its undo gives
+        # Nova's nodes back, not a confinement to node 1.
+        self.remote('a')
+        agent = self.start()
         agent.restrictions['a'] = ((), ())
-        agent.nova_allowed['a'] = (0, 2)
-        opt.apply(self.to_node1(), self.clock.now)
+        opt = agent.optimizer
+        [action] = opt.plan(self.clock.now)
+        self.assertTrue(opt.apply(action, self.clock.now))
         self.assertEqual(((), NODE0_CPUS), opt.checks['a'].undo)
 
     def test_undo_of_a_vcpu_move_leaves_the_nodeset_to_nova(self):
