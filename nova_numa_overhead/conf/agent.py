@@ -251,7 +251,8 @@ Possible values:
 Highest average rate of the page moves the agent makes with move_pages(2),
 in MiB/s, summed over all guests; 0 means no limit. When the agent narrows a
 guest's nodeset, the kernel moves the pages outside it at once, during the
-write, at memory speed: this rate does not bound those.
+write, at its own migration speed: this rate does not bound those. The
+optimizer also prices a move and times its verdict at this rate.
 
 Possible values:
 
