@@ -37,8 +37,9 @@ share.
 Closed loop: once a moved guest's pages have landed, its progress
 (instructions per second) over ``loop_window`` samples is compared with
 the same window before the move, and so are the guests on the nodes it
-left and joined. The move is undone (the guest goes back where it ran,
-and is left alone for a backoff that doubles with every undo) when the
+left and joined. The move is undone (the guest goes back where it ran, its
+pages moved back with ``enforcement = pages``, and it is left alone for a
+backoff that doubles with every undo) when the
 sum of their relative changes is below ``-undo_threshold``, when those
 nodes run fewer instructions per second in all by more than
 ``undo_threshold``, or when the guest itself lost more than
@@ -204,6 +205,10 @@ class Check:
     # Its undo confines it to the nodes that held its memory, where Nova
     # had left it free: without room there, Nova's nodes again.
     from_held: bool = False
+    # node -> MiB of its memory before the move (a move of its vCPUs
+    # alone: none): with enforcement = pages, an undo moves its pages
+    # back towards these shares.
+    memory_before: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -826,7 +831,9 @@ class Optimizer:
                 action.guest, now, settle, before.ips, neighbours, undo,
                 action.gain, tuple(action.nodes), action.moved_mb,
                 self.trust, dict(action.effects), rpi,
-                from_held=bool(held))
+                from_held=bool(held),
+                memory_before=dict(state.memory_mb) if state and
+                action.with_memory else {})
         else:
             # Nothing to judge it against (measured fewer than
             # loop_window samples): left alone until it settles, counted.
@@ -1017,7 +1024,7 @@ class Optimizer:
         restored = [None]
         done = domain is not None and agent.guarded(
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,
-            restored)
+            restored, check.memory_before)
         self.backoff[check.guest] = (undos + 1, now + wait)
         if not done:
             self.counts['undo_failed'] += 1
@@ -1042,10 +1049,12 @@ class Optimizer:
             'backoff_s': wait})
         return True
 
-    def _restore(self, domain, nodes, cpus, restored) -> bool:
+    def _restore(self, domain, nodes, cpus, restored,
+                 memory_before=None) -> bool:
         """vCPUs back to ``cpus`` (() = Nova's: floating again), memory
-        to ``nodes`` (() = Nova's nodes). ``restored[0]``: the agent's
-        restriction now.
+        to ``nodes`` (() = Nova's nodes); with ``enforcement = pages`` its
+        pages back towards ``memory_before`` (node -> MiB before the move)
+        within them. ``restored[0]``: the agent's restriction now.
         """
         agent = self.agent
         if cpus:
@@ -1059,7 +1068,48 @@ class Optimizer:
             agent.hv.restore(domain,
                              agent.nova_allowed.get(domain.name, ()), None)
         restored[0] = (tuple(nodes), tuple(cpus))
+        if memory_before and agent.opts.enforcement == placer_mod.PAGES:
+            try:
+                self._pages_back(domain, nodes, memory_before)
+            except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
+                raise
+            except Exception as exc:
+                # The vCPUs and the nodeset are back: the undo stands,
+                # the pages stay where they are.
+                agent.guest_error(domain.name, 'Moving pages back', exc)
         return True
+
+    def _pages_back(self, domain, nodes, memory_before) -> None:
+        """Move the guest's pages towards the shares ``memory_before``
+        had, on the nodes it may use now (``nodes``, () = Nova's). Setting
+        a nodeset moves only the pages outside it: widening it again (an
+        undo to Nova's nodes), or narrowing it to nodes the move kept,
+        would leave them where the move put them, away from the vCPUs
+        going back. Within the page budget; pages without room stay.
+        """
+        agent = self.agent
+        allowed = set(nodes or agent.nova_allowed.get(domain.name, ()) or
+                      range(agent.topology.size))
+        shares = {n: mb for n, mb in memory_before.items()
+                  if n in allowed and mb > 0}
+        total = sum(shares.values())
+        # Read after the nodeset changed: the kernel has moved what lay
+        # outside it (counted once: pages outside are not planned again).
+        now = {n: mb for n, mb in agent.placer.memory_now(
+            domain, {}).items() if n in allowed}
+        touched = sum(now.values())
+        if total <= 0 or touched <= 0:
+            return
+        target = {n: touched * mb / total for n, mb in shares.items()}
+        if cost.moved_fraction(collector_mod.fractions(now),
+                               collector_mod.fractions(target)) < MIN_SHIFT:
+            return
+        moves = placer_mod.moves_towards(now, target)
+        if moves:
+            mb = sum(m[2] for m in moves)
+            result = agent.hv.move_pages(domain, moves,
+                                         agent.pages_allowed(mb))
+            agent.count_failures(result.failed)
 
     def status(self) -> dict:
         """Counts of moves and verdicts since the agent started."""

@@ -241,3 +241,49 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
         self.assertEqual((0,), cgroups.memory_nodes(pid))
         self.assertEqual({0: 64}, guest.nodes_mb())
         self.assertEqual(set(node0), os.sched_getaffinity(pid))
+
+    def test_an_undone_move_to_novas_nodes_moves_the_pages_back(self):
+        # A quarter of the guest's memory was on node 1 before the move
+        # to node 1: its undo gives Nova's nodes (narrowing to 0 and 1
+        # would move no page), which moves no page either; move_pages
+        # brings three quarters back to node 0.
+        self.flags(group='numa_overhead_agent', optimize_interval=3600)
+        clock = [1000.0]
+        guest = self.guest('a', [(0, 64)], 0, {})
+        agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm',
+                                clock=lambda: clock[0],
+                                sleep=lambda s: None)
+        for _ in range(agent.opts.loop_window + 1):
+            clock[0] += 1
+            self.hv.run('a', 1000000, 2000000, 40000, 20000, 0)
+            agent.cycle()
+        pid = guest.pid
+        every = tuple(range(agent.topology.size))
+        # Nova's placement: free, 48 MiB on node 0 and 16 on node 1.
+        cgroups.set_memory_nodes(pid, [1])
+        cgroups.set_memory_nodes(pid, list(every))
+        self.hv.move_pages(self.hv.guests['a'], [(1, 0, 48)], None)
+        agent.restrictions['a'] = ((), ())
+        clock[0] += 1
+        self.hv.run('a', 1000000, 2000000, 40000, 20000, 0)
+        agent.cycle()
+        self.assertEqual({0: 48, 1: 16}, guest.nodes_mb())
+        node0 = tuple(agent.topology.nodes[0].cpus)
+        node1 = tuple(agent.topology.nodes[1].cpus)
+        opt = agent.optimizer
+        self.assertTrue(opt.apply(optimizer.Action(
+            'a', (1,), node1, 0.5, 0.1, 48.0, ({1: 1.0}, {1: 1.0})),
+            clock[0]))
+        self.assertEqual({1: 64}, guest.nodes_mb())
+        check = opt.checks['a']
+        self.assertEqual(((), node0), check.undo)
+        history = opt.history['a']
+        for i in range(agent.opts.loop_window):
+            history.append(optimizer.Rates(check.settle + 1 + i, 500000.0,
+                                           1000000.0, 20000.0, 10000.0))
+        end = check.settle + agent.opts.loop_window
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual(every, cgroups.memory_nodes(pid))
+        self.assertEqual({0: 48, 1: 16}, guest.nodes_mb())
+        self.assertEqual(set(node0), os.sched_getaffinity(pid))
+        self.assertEqual({}, dict(agent.failures))

@@ -838,6 +838,119 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual((0, 1), self.hv.nodesets['a'])
         self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
 
+    def set_memory(self, name, memory):
+        for node, mb in self.hv.memory[name].items():
+            self.hv.free[node] += mb
+        self.hv.memory[name] = dict(memory)
+        for node, mb in memory.items():
+            self.hv.free[node] -= mb
+
+    def undone_with_pages(self, memory, fill_node0=False, kernel=None,
+                          fail_pages=False):
+        """'a' (vCPUs on node 0, ``memory``, free) moved to node 1 and
+        undone, with ``enforcement = pages``; node 0 filled up after the
+        move if ``fill_node0``; ``kernel``: where the kernel put its
+        pages when the undo narrowed its nodeset; ``fail_pages``: the
+        undo's move_pages fails.
+        """
+        self.flags(group='numa_overhead_agent', enforcement='pages')
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        # Where Nova's placement (not the placer's) left its memory.
+        self.set_memory('a', memory)
+        agent = self.sample(agent, 1)
+        agent.restrictions['a'] = ((), ())
+        opt = agent.optimizer
+        self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
+        # The move brought its pages to node 1.
+        self.assertEqual(sum(memory.values()), self.hv.memory['a'][1])
+        if fill_node0:
+            self.hv.add('big', {0: self.hv.free[0] - GIB}, vcpu_node=0)
+            self.sample(agent, 1)
+        self.hv.moves.clear()
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        if kernel:
+            set_nodeset = self.hv.set_nodeset
+
+            def narrowed(domain, nodes):
+                set_nodeset(domain, nodes)
+                self.set_memory(domain.name, kernel)
+            self.hv.set_nodeset = narrowed
+        if fail_pages:
+            self.hv.raise_on[('move_pages', 'a')] = \
+                hv_mod.HypervisorError('no')
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
+        return agent
+
+    def test_undo_to_novas_nodes_moves_the_pages_back(self):
+        # A quarter of it was on node 1 before: the undo gives Nova's
+        # nodes (narrowing to 0 and 1 would move no page), and its pages
+        # go back to the shares they had, by move_pages.
+        self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        self.assertEqual((0, 1), self.hv.nodesets['a'])
+        memory = self.hv.memory['a']
+        self.assertAlmostEqual(3 * GIB, memory[0], delta=1)
+        self.assertAlmostEqual(GIB, memory[1], delta=1)
+        self.assertEqual([('a', 1, 0, 3 * GIB)], self.hv.moves)
+
+    def test_undo_to_held_nodes_leaves_the_pages_to_the_kernel(self):
+        # Narrowing the nodeset to node 0 again makes the kernel move the
+        # pages outside it (the fake's does not): no move_pages for them.
+        self.undone_with_pages({0: 4 * GIB})
+        self.assertEqual((0,), self.hv.nodesets['a'])
+        self.assertEqual([], self.hv.moves)
+
+    def test_undo_to_held_nodes_evens_them_as_they_were(self):
+        # Held on nodes 0 and 2, 3:1; the kernel brought everything to
+        # node 0: a quarter goes to node 2 again.
+        self.hv = fakes.FakeHypervisor(nodes=3, memory_mb=64 * GIB)
+        agent = self.undone_with_pages({0: 3 * GIB, 2: GIB},
+                                       kernel={0: 4 * GIB})
+        self.assertEqual((0, 2), self.hv.nodesets['a'])
+        self.assertEqual([('a', 0, 2, GIB)], self.hv.moves)
+        self.assertEqual(((0, 2), NODE0_CPUS), agent.restrictions['a'])
+
+    def test_undo_without_room_moves_back_what_fits(self):
+        self.undone_with_pages({0: 3 * GIB, 1: GIB}, fill_node0=True)
+        self.assertEqual((0, 1), self.hv.nodesets['a'])
+        # 1 GiB of room was left on node 0: that much came back.
+        self.assertAlmostEqual(GIB, self.hv.memory['a'][0], delta=1)
+        self.assertEqual(0, self.hv.free[0])
+
+    def test_a_failed_page_move_leaves_the_undo_standing(self):
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB},
+                                       fail_pages=True)
+        self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
+        self.assertEqual(1, agent.optimizer.counts['undone'])
+        self.assertEqual(1, agent.errors['HypervisorError'])
+        self.assertIn('Moving pages back of a failed', self.logger.output)
+
+    def test_undo_moves_no_page_with_enforcement_nodeset(self):
+        self.hv.add('a', {0: 3 * GIB, 1: GIB}, vcpu_node=0)
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        opt = agent.optimizer
+        opt.apply(self.to_node1(), self.clock.now)
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual([], self.hv.moves)
+
+    def test_undo_of_a_vcpu_move_moves_no_page(self):
+        self.flags(group='numa_overhead_agent', enforcement='pages')
+        self.hv.add('a', {0: 3 * GIB, 1: GIB}, vcpu_node=0)
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        opt = agent.optimizer
+        action = self.to_node1()
+        action.with_memory = False
+        self.hv.moves.clear()
+        opt.apply(action, self.clock.now)
+        self.assertEqual({}, opt.checks['a'].memory_before)
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual([], self.hv.moves)
+
     def test_failed_undo_is_counted(self):
         agent, now = self.moved()
         opt = agent.optimizer
