@@ -503,7 +503,11 @@ def _guest(conf, agent, name: str, decision, size: int, hv) -> dict:
         # verdicts after its closed loop.
         'optimizer': {'moved': recorded.moved if recorded else 0,
                       'kept': recorded.kept if recorded else 0,
-                      'undone': recorded.undone if recorded else 0},
+                      'undone': recorded.undone if recorded else 0,
+                      # Until when it leaves the guest alone (UTC).
+                      'left_alone_until':
+                      recorded.backoff_until if recorded and
+                      recorded.backoff_until else None},
         # Another host's record: the guest came by live migration.
         'recorded_on': recorded.host if recorded else None,
         'recorded_elsewhere': bool(recorded and recorded.host != agent.host),
@@ -849,6 +853,10 @@ def _last_text(guest: dict) -> str:
     if counts['moved']:
         text += '; optimizer moves %d (kept %d, undone %d)' % (
             counts['moved'], counts['kept'], counts['undone'])
+    until = counts.get('left_alone_until')
+    if until and not guest['recorded_elsewhere'] and \
+            (hv_mod.parse_utc(until) or 0.0) > time.time():
+        text += '; optimizer leaves it alone until %s' % until
     return text
 
 

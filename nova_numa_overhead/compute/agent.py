@@ -448,13 +448,15 @@ class Agent:
         nodes, cpus = self.restrictions.get(name, ((), ()))
         last = self.outcomes.get(name)
         counts = self.optimizer.guest_counts(name)
+        undos, until = self.optimizer.backoff_record(name)
         recorded = hv_mod.Recorded(
             host=self.host, nova_nodes=self.nova_allowed.get(name, ()),
             nova_cpus=self.nova_cpus.get(name, ()), nodes=nodes, cpus=cpus,
             action=last.action if last else '',
             outcome=last.outcome if last else '',
             at=last.at if last else '', moved=counts['moved'],
-            kept=counts['kept'], undone=counts['undone'])
+            kept=counts['kept'], undone=counts['undone'],
+            backoff_undos=undos, backoff_until=until)
         error = None
         try:
             self.hv.record(domain, recorded)

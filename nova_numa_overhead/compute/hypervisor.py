@@ -24,7 +24,9 @@ connection is down (the agent reconnects with backoff) and
 """
 
 import abc
+import calendar
 import dataclasses
+import time
 
 
 class HypervisorError(Exception):
@@ -77,7 +79,8 @@ class Recorded:
     CPU), the agent's restriction now (``nodes``, ``cpus``; () = none),
     its last action with its outcome and time (ISO 8601, UTC), the
     optimizer's moves of it and their verdicts (``moved``, ``kept``,
-    ``undone``: counts since it came to this host), and the host it wrote
+    ``undone``: counts since it came to this host), its backoff, and the
+    host it wrote
     this on: a guest that came by live migration carries its source's
     record.
     """
@@ -93,6 +96,32 @@ class Recorded:
     moved: int = 0
     kept: int = 0
     undone: int = 0
+    # The optimizer leaves the guest alone: the undos its backoff counts
+    # (each doubles the next wait) and until when (ISO 8601, UTC; '' =
+    # no wait now), so that an agent restart does not move it again at
+    # once.
+    backoff_undos: int = 0
+    backoff_until: str = ''
+
+
+UTC_FORMAT = '%Y-%m-%dT%H:%M:%SZ'
+
+
+def format_utc(seconds: float) -> str:
+    """Seconds since the epoch as the agent records times (ISO 8601,
+    UTC, to the second).
+    """
+    return time.strftime(UTC_FORMAT, time.gmtime(seconds))
+
+
+def parse_utc(text: str) -> float | None:
+    """Seconds since the epoch of a time :func:`format_utc` wrote; None
+    if ``text`` is not one.
+    """
+    try:
+        return float(calendar.timegm(time.strptime(text, UTC_FORMAT)))
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -331,6 +331,10 @@ def format_recorded(recorded: hypervisor.Recorded) -> str:
         ElementTree.SubElement(root, 'optimizer', {
             'moved': str(recorded.moved), 'kept': str(recorded.kept),
             'undone': str(recorded.undone)})
+    if recorded.backoff_undos or recorded.backoff_until:
+        ElementTree.SubElement(root, 'backoff', {
+            'undos': str(recorded.backoff_undos),
+            'until': recorded.backoff_until})
     return ElementTree.tostring(root, encoding='unicode')
 
 
@@ -367,12 +371,19 @@ def parse_recorded(element) -> hypervisor.Recorded | None:
     last = last.attrib if last is not None else {}
     counts = element.find(ns + 'optimizer')
     counts = counts.attrib if counts is not None else {}
+    backoff = element.find(ns + 'backoff')
+    backoff = backoff.attrib if backoff is not None else {}
+    until = backoff.get('until', '')
+    if until and hypervisor.parse_utc(until) is None:
+        LOG.debug('Ignoring an unreadable backoff time: %r', until)
+        until = ''
     return hypervisor.Recorded(
         host=host, nova_nodes=nova_nodes, nova_cpus=nova_cpus, nodes=nodes,
         cpus=cpus, action=last.get('action', ''),
         outcome=last.get('outcome', ''), at=last.get('at', ''),
         moved=_count(counts, 'moved'), kept=_count(counts, 'kept'),
-        undone=_count(counts, 'undone'))
+        undone=_count(counts, 'undone'),
+        backoff_undos=_count(backoff, 'undos'), backoff_until=until)
 
 
 def parse_domain(xml: str, name: str = '', uuid: str = '',

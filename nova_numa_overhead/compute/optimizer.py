@@ -59,6 +59,7 @@ import array
 import collections
 import dataclasses
 import math
+import time
 
 from oslo_log import log as logging
 
@@ -73,6 +74,8 @@ MAX_ACTIONS = 4          # moves per pass
 MOVE_COST = 0.5          # guest speed lost while its pages are in flight
 BACKOFF_BASE = 60.0      # seconds left alone after a first undo
 BACKOFF_MAX = 3600.0
+BACKOFF_UNDOS_MAX = 32   # undos a record may bring back (2 ** 32 x 60 s
+#                          is BACKOFF_MAX already)
 HOLD = 30.0              # seconds a kept move is left before the next
 HISTORY = 32             # samples of progress a guest may keep: the most
 #                          loop_window can ask for (each keeps loop_window)
@@ -307,9 +310,38 @@ class Optimizer:
                     sums[i] = sums[i] * keep + v
 
     def resume(self, name, recorded) -> None:
-        """A guest's counts from the record this host's agent wrote."""
+        """A guest's counts and backoff from the record this host's agent
+        wrote (an agent restart does not move a guest it backs off from).
+        """
         self.per_guest[name] = collections.Counter(
             moved=recorded.moved, kept=recorded.kept, undone=recorded.undone)
+        undos = min(recorded.backoff_undos, BACKOFF_UNDOS_MAX)
+        until = hv_mod.parse_utc(recorded.backoff_until) \
+            if recorded.backoff_until else None
+        if not undos and until is None:
+            return
+        left = 0.0 if until is None else until - time.time()
+        # A clock set back, or a hand-edited record: BACKOFF_MAX at most.
+        self.backoff[name] = (undos, self.agent.clock() +
+                              min(max(left, 0.0), BACKOFF_MAX))
+
+    def backoff_record(self, name) -> tuple:
+        """(undos, until) of ``name``'s backoff for its record: until
+        when the optimizer leaves it alone (after an undo, a kept move, a
+        move without a verdict or one waiting for it), ISO 8601 UTC, ''
+        if it does not now.
+        """
+        undos, until = self.backoff.get(name, (0, 0.0))
+        until = max(until, self.held.get(name, 0.0))
+        check = self.checks.get(name)
+        if check is not None:
+            # A restarted agent cannot judge it: left alone as long as
+            # its verdict would have taken.
+            until = max(until, check.settle + self.opts.loop_window *
+                        self.opts.sample_interval)
+        left = until - self.agent.clock()
+        return undos, hv_mod.format_utc(time.time() + left) \
+            if left >= 1.0 else ''
 
     def guest_counts(self, name) -> dict:
         """The optimizer's moves of ``name`` and their verdicts."""
@@ -819,7 +851,6 @@ class Optimizer:
         agent.record(action.guest, 'optimized',
                      'ok: %s to nodes %s: %s'
                      % (what, _text(action.nodes), reason))
-        agent.write_record(domain)
         settle = now + action.moved_mb / self._rate() + 1.0
         if before is not None:
             rpi = {}
@@ -842,6 +873,8 @@ class Optimizer:
                 action.guest)
             reason += ('; not judged: measured fewer than %d samples '
                        'before it' % self.opts.loop_window)
+        # With its check or hold: a restarted agent leaves it alone too.
+        agent.write_record(domain)
         LOG.info('Moved %(guest)s, %(what)s, to nodes %(nodes)s: '
                  '%(reason)s', {'guest': action.guest, 'what': what,
                                 'nodes': _text(action.nodes),

@@ -245,7 +245,10 @@ class TestOnLibvirt(StatusTestCase):
         name = self.floating.name()
         agent.optimizer.per_guest[name] = collections.Counter(
             moved=3, kept=1, undone=1)
+        # Backing off from it for 10 more minutes.
+        agent.optimizer.backoff[name] = (1, agent.clock() + 600.0)
         agent.write_record(agent.domains[name])
+        until = agent.optimizer.backoff_record(name)[1]
         conf = self.write_conf('[DEFAULT]\nhost = cmp-status\n'
                                '[numa_overhead_agent]\n'
                                'enforcement = pages\n')
@@ -254,9 +257,11 @@ class TestOnLibvirt(StatusTestCase):
         self.assertEqual(0, rc, self.stderr.getvalue())
         data = json.loads(self.stdout.getvalue())
         guests = {g['name']: g for g in data['guests']}
-        self.assertEqual({'moved': 3, 'kept': 1, 'undone': 1},
+        self.assertEqual({'moved': 3, 'kept': 1, 'undone': 1,
+                          'left_alone_until': until},
                          guests[name]['optimizer'])
-        self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0},
+        self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0,
+                          'left_alone_until': None},
                          guests[self.pinned.name()]['optimizer'])
         self.assertEqual({'mode': 'moves', 'moved': 3, 'kept': 1,
                           'undone': 1, 'guests': 1}, data['optimizer'])
@@ -264,7 +269,8 @@ class TestOnLibvirt(StatusTestCase):
         self.assertIn('Optimizer: moves guests. It moved 1 guest here now 3 '
                       'times: 1 kept and 1 undone after its closed loop, the '
                       'rest not judged.', out)
-        self.assertIn('optimizer moves 3 (kept 1, undone 1)', out)
+        self.assertIn('optimizer moves 3 (kept 1, undone 1); optimizer '
+                      'leaves it alone until %s' % until, out)
 
     def test_config_file_and_nothing_changes(self):
         before = self.floating.numaParameters()

@@ -231,7 +231,8 @@ class TestParsing(base.TestCase):
         recorded = hypervisor.Recorded(
             host='cmp-1', nova_nodes=(), nova_cpus=(0, 1, 2, 3, 6),
             nodes=(1,), cpus=(), action='moved', outcome='ok: <1 MiB> & "x"',
-            at='2026-11-23T15:00:00Z', moved=3, kept=1, undone=2)
+            at='2026-11-23T15:00:00Z', moved=3, kept=1, undone=2,
+            backoff_undos=2, backoff_until='2026-11-23T15:02:00Z')
         element = libvirt_driver.format_recorded(recorded)
         xml = xml.replace('</metadata>', element.replace(
             '<agent ', '<numa-overhead:agent xmlns:numa-overhead="%s" '
@@ -240,15 +241,28 @@ class TestParsing(base.TestCase):
             '<nova ', '<numa-overhead:nova ').replace(
             '<restriction ', '<numa-overhead:restriction ').replace(
             '<last ', '<numa-overhead:last ').replace(
-            '<optimizer ', '<numa-overhead:optimizer ') + '</metadata>')
+            '<optimizer ', '<numa-overhead:optimizer ').replace(
+            '<backoff ', '<numa-overhead:backoff ') + '</metadata>')
         self.assertEqual(recorded, libvirt_driver.parse_domain(xml).recorded)
+        # No backoff (an older agent's record, or none now).
+        old = xml.replace(xml[xml.index('<numa-overhead:backoff '):
+                              xml.index('/>', xml.index(
+                                  '<numa-overhead:backoff ')) + 2], '')
+        self.assertEqual(dataclasses.replace(
+            recorded, backoff_undos=0, backoff_until=''),
+            libvirt_driver.parse_domain(old).recorded)
+        # An unreadable time is no wait; the undos still count.
+        odd = libvirt_driver.parse_domain(xml.replace(
+            '2026-11-23T15:02:00Z', 'soon'))
+        self.assertEqual(dataclasses.replace(recorded, backoff_until=''),
+                         odd.recorded)
         # A record an older agent wrote has no counts: 0.
-        old = xml.replace(xml[xml.index('<numa-overhead:optimizer '):
+        old = old.replace(xml[xml.index('<numa-overhead:optimizer '):
                               xml.index('/>', xml.index(
                                   '<numa-overhead:optimizer ')) + 2], '')
         self.assertEqual(dataclasses.replace(
-            recorded, moved=0, kept=0, undone=0),
-            libvirt_driver.parse_domain(old).recorded)
+            recorded, moved=0, kept=0, undone=0, backoff_undos=0,
+            backoff_until=''), libvirt_driver.parse_domain(old).recorded)
         # Unreadable counts are an account lost, not the record.
         odd = libvirt_driver.parse_domain(xml.replace('kept="1"',
                                                       'kept="many"'))

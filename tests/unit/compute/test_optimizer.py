@@ -1203,6 +1203,89 @@ class TestBackoff(OptimizerTestCase):
         _count, until = self.undo(agent, 2000.0)
         self.assertEqual(120.0, until - 2000.0)
 
+    def restarted(self, recorded=None):
+        """A second agent on the same host, 'a' recorded by the first as
+        ``recorded`` (a :class:`hv_mod.Recorded` of keyword changes).
+        """
+        if recorded is not None:
+            self.hv.recorded['a'] = dataclasses.replace(
+                self.hv.recorded['a'], **recorded)
+        return self.start(cycles=1)
+
+    def test_the_backoff_is_in_the_guests_record(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        now = self.clock.now
+        wall = 1_800_000_000.0
+        with mock.patch.object(optimizer.time, 'time', autospec=True,
+                               return_value=wall):
+            self.undo(agent, now)
+        recorded = self.hv.recorded['a']
+        self.assertEqual(1, recorded.backoff_undos)
+        self.assertEqual(hv_mod.format_utc(wall + 60.0),
+                         recorded.backoff_until)
+
+    def test_a_restarted_agent_keeps_backing_off(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        start = self.clock.now
+        with mock.patch.object(optimizer.time, 'time', autospec=True,
+                               side_effect=lambda:
+                               1_800_000_000.0 + self.clock.now):
+            self.undo(agent, start)
+            self.undo(agent, start + 60.0)
+            # Left alone until start + 180; the agent restarts at 80.
+            self.clock.now += 80.0
+            again = self.restarted()
+        opt = again.optimizer
+        self.assertEqual((2, start + 180.0), opt.backoff['a'])
+        self.assertEqual([], opt.movable(start + 179.0))
+        self.assertEqual(['a'], [d.name for d in
+                                 opt.movable(start + 180.0)])
+        # The next undo waits 240 s, not 60 s.
+        _count, until = self.undo(again, start + 300.0)
+        self.assertEqual(240.0, until - (start + 300.0))
+
+    def test_a_past_backoff_keeps_its_undos_only(self):
+        self.remote('a')
+        self.start(cycles=1)
+        again = self.restarted({'backoff_undos': 3,
+                                'backoff_until': '2000-01-01T00:00:00Z'})
+        undos, until = again.optimizer.backoff['a']
+        self.assertEqual(3, undos)
+        self.assertLessEqual(until, self.clock.now)
+
+    def test_a_recorded_backoff_is_bounded(self):
+        # A clock set back, or a hand-edited record: an hour at most, and
+        # an undo count that cannot overflow the next wait.
+        self.remote('a')
+        self.start(cycles=1)
+        again = self.restarted({'backoff_undos': 10 ** 9,
+                                'backoff_until': '2999-01-01T00:00:00Z'})
+        opt = again.optimizer
+        undos, until = opt.backoff['a']
+        self.assertEqual(optimizer.BACKOFF_UNDOS_MAX, undos)
+        self.assertEqual(self.clock.now + optimizer.BACKOFF_MAX, until)
+        _count, until = self.undo(again, self.clock.now + 7200.0)
+        self.assertEqual(optimizer.BACKOFF_MAX,
+                         until - (self.clock.now + 7200.0))
+
+    def test_a_move_waiting_for_its_verdict_is_recorded_as_a_wait(self):
+        # A restarted agent cannot judge it: it leaves the guest alone as
+        # long as the verdict would have taken.
+        self.remote('a')
+        agent = self.start()
+        now = self.clock.now
+        with mock.patch.object(optimizer.time, 'time', autospec=True,
+                               return_value=1_800_000_000.0):
+            agent.optimizer.apply(self.to_node1(), now)
+        check = agent.optimizer.checks['a']
+        left = check.settle + 3 - now
+        self.assertEqual(
+            hv_mod.format_utc(1_800_000_000.0 + left),
+            self.hv.recorded['a'].backoff_until)
+        self.assertEqual(0, self.hv.recorded['a'].backoff_undos)
+
 
 class TestEnforcement(OptimizerTestCase):
 
