@@ -38,8 +38,10 @@ Closed loop: once a moved guest's pages have landed, its progress
 (instructions per second) over ``loop_window`` samples is compared with
 the same window before the move, and so are the guests on the nodes it
 left and joined. The move is undone (the guest goes back where it ran, its
-pages moved back with ``enforcement = pages``, and it is left alone for a
-backoff that doubles with every undo) when the
+pages too: the kernel moves those outside a narrowed nodeset, and with
+``enforcement = pages`` an undo to Nova's nodes moves them back a step
+each cycle; and it is left alone for a backoff that doubles with every
+undo) when the
 sum of their relative changes is below ``-undo_threshold``, when those
 nodes run fewer instructions per second in all by more than
 ``undo_threshold``, or when the guest itself lost more than
@@ -209,8 +211,8 @@ class Check:
     # had left it free: without room there, Nova's nodes again.
     from_held: bool = False
     # node -> MiB of its memory before the move (a move of its vCPUs
-    # alone: none): with enforcement = pages, an undo moves its pages
-    # back towards these shares.
+    # alone: none): with enforcement = pages, an undo to Nova's nodes
+    # moves its pages back towards these shares.
     memory_before: dict = dataclasses.field(default_factory=dict)
 
 
@@ -239,6 +241,9 @@ class Optimizer:
         # name -> moves in a row without a verdict (each holds it longer).
         self.unjudged_run: dict = {}
         self.backoff: dict = {}       # name -> (undos, until)
+        # name -> node -> share of its memory before a move undone to
+        # Nova's nodes: its pages go back there, a step each cycle.
+        self.returning: dict = {}
         self.held: dict = {}          # name -> not before
         self.advised: dict = {}       # name -> the advice last logged
         # name -> when it was first listed (or started again, resumed).
@@ -393,6 +398,7 @@ class Optimizer:
         """Verdicts on earlier moves, then maybe new moves."""
         self.observe(now)
         self.verdicts(now)
+        self.bring_back()
         if not self.due(now):
             return []
         self.next_pass = now + self._interval()
@@ -528,6 +534,11 @@ class Optimizer:
         self.points.pop(name, None)
         self.per_miss.pop(name, None)
         self.seen[name] = now
+        # Its placement is the new run's: no page goes back to where the
+        # old run's were, and a move of the old run gets no verdict.
+        self.returning.pop(name, None)
+        if self.checks.pop(name, None) is not None:
+            self.counts['expired'] += 1
 
     def unseen(self, measured, now: float) -> set:
         """Nodes of the guests the cost model cannot see yet: those with
@@ -830,6 +841,8 @@ class Optimizer:
             self.counts['advised'] += 1
             self.held[action.guest] = now + HOLD
             return False
+        # A new move replaces what an undo was bringing back.
+        self.returning.pop(action.guest, None)
         touched = set(action.nodes) | set(state.cpu if state else ()) | \
             set(state.memory_mb if state else ())
         neighbours = self.neighbours(action.guest, touched)
@@ -1057,12 +1070,20 @@ class Optimizer:
         restored = [None]
         done = domain is not None and agent.guarded(
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,
-            restored, check.memory_before)
+            restored)
         self.backoff[check.guest] = (undos + 1, now + wait)
         if not done:
             self.counts['undo_failed'] += 1
             return False
         agent.restrictions[check.guest] = restored[0]
+        if not nodes and check.memory_before and \
+                agent.opts.enforcement == placer_mod.PAGES:
+            # Nova's nodes again: widening a nodeset moves no page (a
+            # narrowing makes the kernel move those outside it). Its pages
+            # go back towards where they were, a step each cycle.
+            shares = collector_mod.fractions(check.memory_before)
+            if shares:
+                self.returning[check.guest] = shares
         self._count(check.guest, 'undone')
         self.unjudged_run.pop(check.guest, None)
         for name, effect in check.effects.items():
@@ -1082,12 +1103,10 @@ class Optimizer:
             'backoff_s': wait})
         return True
 
-    def _restore(self, domain, nodes, cpus, restored,
-                 memory_before=None) -> bool:
+    def _restore(self, domain, nodes, cpus, restored) -> bool:
         """vCPUs back to ``cpus`` (() = Nova's: floating again), memory
-        to ``nodes`` (() = Nova's nodes); with ``enforcement = pages`` its
-        pages back towards ``memory_before`` (node -> MiB before the move)
-        within them. ``restored[0]``: the agent's restriction now.
+        to ``nodes`` (() = Nova's nodes). ``restored[0]``: the agent's
+        restriction now.
         """
         agent = self.agent
         if cpus:
@@ -1101,48 +1120,64 @@ class Optimizer:
             agent.hv.restore(domain,
                              agent.nova_allowed.get(domain.name, ()), None)
         restored[0] = (tuple(nodes), tuple(cpus))
-        if memory_before and agent.opts.enforcement == placer_mod.PAGES:
-            try:
-                self._pages_back(domain, nodes, memory_before)
-            except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
-                raise
-            except Exception as exc:
-                # The vCPUs and the nodeset are back: the undo stands,
-                # the pages stay where they are.
-                agent.guest_error(domain.name, 'Moving pages back', exc)
         return True
 
-    def _pages_back(self, domain, nodes, memory_before) -> None:
-        """Move the guest's pages towards the shares ``memory_before``
-        had, on the nodes it may use now (``nodes``, () = Nova's). Setting
-        a nodeset moves only the pages outside it: widening it again (an
-        undo to Nova's nodes), or narrowing it to nodes the move kept,
-        would leave them where the move put them, away from the vCPUs
-        going back. Within the page budget; pages without room stay.
+    # -- pages back after an undo ---------------------------------------------
+
+    def bring_back(self) -> None:
+        """One step of every pages-back an undo left (:meth:`_step_back`),
+        within the page budget of this cycle.
         """
         agent = self.agent
-        allowed = set(nodes or agent.nova_allowed.get(domain.name, ()) or
+        for name, shares in list(self.returning.items()):
+            domain = agent.domains.get(name)
+            if domain is None or name in agent.migrating or \
+                    name in self.checks:
+                del self.returning[name]
+                continue
+            if not agent.guarded(domain, 'Moving pages back',
+                                 self._step_back, domain, shares):
+                self.returning.pop(name, None)
+
+    def _step_back(self, domain, shares) -> bool:
+        """Move pages of ``domain`` towards ``shares`` (node -> fraction
+        before the undone move), as far as the page budget allows now and
+        each node has room for, besides what other guests have yet to
+        touch and ``reserve_mb``. False when done: within MIN_SHIFT of
+        them, or nothing more can move.
+        """
+        agent = self.agent
+        name = domain.name
+        allowed = set(agent.nova_allowed.get(name, ()) or
                       range(agent.topology.size))
-        shares = {n: mb for n, mb in memory_before.items()
-                  if n in allowed and mb > 0}
-        total = sum(shares.values())
-        # Read after the nodeset changed: the kernel has moved what lay
-        # outside it (counted once: pages outside are not planned again).
         now = {n: mb for n, mb in agent.placer.memory_now(
             domain, {}).items() if n in allowed}
         touched = sum(now.values())
-        if total <= 0 or touched <= 0:
-            return
-        target = {n: touched * mb / total for n, mb in shares.items()}
-        if cost.moved_fraction(collector_mod.fractions(now),
-                               collector_mod.fractions(target)) < MIN_SHIFT:
-            return
+        if touched <= 0:
+            return False
+        view = agent.host_view(without=name)
+        target = {}
+        for node, share in shares.items():
+            if node not in allowed or not 0 <= node < len(view.free_mb):
+                continue
+            # The view counts its own pages as free: room for it there.
+            room = max(view.free_mb[node] - self.opts.reserve_mb,
+                       now.get(node, 0.0))
+            target[node] = min(touched * share, room)
+        # What cannot land stays where it is (on the nodes it is on).
+        for node, mb in now.items():
+            if node not in target:
+                target[node] = 0.0
         moves = placer_mod.moves_towards(now, target)
-        if moves:
-            mb = sum(m[2] for m in moves)
-            result = agent.hv.move_pages(domain, moves,
-                                         agent.pages_allowed(mb))
-            agent.count_failures(result.failed)
+        mb = sum(m[2] for m in moves)
+        if mb < touched * MIN_SHIFT:
+            return False
+        pages = agent.pages_allowed(mb)
+        if pages <= 0:
+            return True
+        result = agent.hv.move_pages(domain, moves, pages)
+        agent.count_failures(result.failed)
+        return result.moved > 0
 
     def status(self) -> dict:
         """Counts of moves and verdicts since the agent started."""
@@ -1159,6 +1194,7 @@ class Optimizer:
                 'waiting': len(self.checks),
                 'backing_off': sum(1 for _u, until in self.backoff.values()
                                    if until > self.agent.clock()),
+                'returning': len(self.returning),
                 'trust': round(self.trust, 3),
                 'learned_miss_cost': len(self.per_miss)}
 

@@ -245,8 +245,8 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
     def test_an_undone_move_to_novas_nodes_moves_the_pages_back(self):
         # A quarter of the guest's memory was on node 1 before the move
         # to node 1: its undo gives Nova's nodes (narrowing to 0 and 1
-        # would move no page), which moves no page either; move_pages
-        # brings three quarters back to node 0.
+        # would move no page), which moves no page either; the agent's
+        # move_pages brings three quarters back to node 0.
         self.flags(group='numa_overhead_agent', optimize_interval=3600)
         clock = [1000.0]
         guest = self.guest('a', [(0, 64)], 0, {})
@@ -284,6 +284,11 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
         end = check.settle + agent.opts.loop_window
         self.assertEqual([('a', 'undone')], opt.verdicts(end))
         self.assertEqual(every, cgroups.memory_nodes(pid))
+        # Widening moved no page; the next cycle's step does.
+        self.assertEqual({1: 64}, guest.nodes_mb())
+        opt.bring_back()
         self.assertEqual({0: 48, 1: 16}, guest.nodes_mb())
+        opt.bring_back()
+        self.assertEqual({}, opt.returning)
         self.assertEqual(set(node0), os.sched_getaffinity(pid))
         self.assertEqual({}, dict(agent.failures))

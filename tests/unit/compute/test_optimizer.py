@@ -845,13 +845,10 @@ class TestClosedLoop(OptimizerTestCase):
         for node, mb in memory.items():
             self.hv.free[node] -= mb
 
-    def undone_with_pages(self, memory, fill_node0=False, kernel=None,
-                          fail_pages=False):
+    def undone_with_pages(self, memory, room0=None):
         """'a' (vCPUs on node 0, ``memory``, free) moved to node 1 and
-        undone, with ``enforcement = pages``; node 0 filled up after the
-        move if ``fill_node0``; ``kernel``: where the kernel put its
-        pages when the undo narrowed its nodeset; ``fail_pages``: the
-        undo's move_pages fails.
+        undone, with ``enforcement = pages``; ``room0``: MiB left free on
+        node 0 after the move (another guest took the rest).
         """
         self.flags(group='numa_overhead_agent', enforcement='pages')
         self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
@@ -864,67 +861,116 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
         # The move brought its pages to node 1.
         self.assertEqual(sum(memory.values()), self.hv.memory['a'][1])
-        if fill_node0:
-            self.hv.add('big', {0: self.hv.free[0] - GIB}, vcpu_node=0)
+        if room0 is not None:
+            self.hv.add('big', {0: self.hv.free[0] - room0}, vcpu_node=0)
             self.sample(agent, 1)
         self.hv.moves.clear()
         end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
-        if kernel:
-            set_nodeset = self.hv.set_nodeset
-
-            def narrowed(domain, nodes):
-                set_nodeset(domain, nodes)
-                self.set_memory(domain.name, kernel)
-            self.hv.set_nodeset = narrowed
-        if fail_pages:
-            self.hv.raise_on[('move_pages', 'a')] = \
-                hv_mod.HypervisorError('no')
         self.assertEqual([('a', 'undone')], opt.verdicts(end))
         self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
         return agent
 
     def test_undo_to_novas_nodes_moves_the_pages_back(self):
         # A quarter of it was on node 1 before: the undo gives Nova's
-        # nodes (narrowing to 0 and 1 would move no page), and its pages
-        # go back to the shares they had, by move_pages.
-        self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        # nodes (narrowing to 0 and 1 would move no page), which moves no
+        # page; its pages then go back to the shares they had.
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        opt = agent.optimizer
         self.assertEqual((0, 1), self.hv.nodesets['a'])
+        self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
+        self.assertEqual([], self.hv.moves)
+        self.assertEqual({0: 0.75, 1: 0.25}, opt.returning['a'])
+        self.assertEqual(1, opt.status()['returning'])
+        opt.bring_back()
+        self.assertEqual([('a', 1, 0, 3 * GIB)], self.hv.moves)
         memory = self.hv.memory['a']
         self.assertAlmostEqual(3 * GIB, memory[0], delta=1)
         self.assertAlmostEqual(GIB, memory[1], delta=1)
-        self.assertEqual([('a', 1, 0, 3 * GIB)], self.hv.moves)
+        # There: done.
+        opt.bring_back()
+        self.assertEqual({}, opt.returning)
+        self.assertEqual(1, len(self.hv.moves))
+
+    def test_pages_go_back_at_the_page_rate(self):
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        # 1 GiB/s from now on (the move itself was not limited).
+        agent.rate = type(agent.rate)(1024.0, agent.clock)
+        opt = agent.optimizer
+        steps = 0
+        while opt.returning:
+            self.clock.now += 1
+            opt.bring_back()
+            steps += 1
+            self.assertLess(steps, 10)
+        self.assertEqual(4, steps)
+        self.assertEqual([1024] * 3, [m[3] for m in self.hv.moves])
+        self.assertAlmostEqual(3 * GIB, self.hv.memory['a'][0], delta=1)
+
+    def test_pages_go_back_through_the_agent_cycle(self):
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        self.sample(agent, 2)
+        self.assertAlmostEqual(3 * GIB, self.hv.memory['a'][0], delta=1)
+        self.assertEqual({}, agent.optimizer.returning)
 
     def test_undo_to_held_nodes_leaves_the_pages_to_the_kernel(self):
         # Narrowing the nodeset to node 0 again makes the kernel move the
         # pages outside it (the fake's does not): no move_pages for them.
-        self.undone_with_pages({0: 4 * GIB})
+        agent = self.undone_with_pages({0: 4 * GIB})
         self.assertEqual((0,), self.hv.nodesets['a'])
+        self.assertEqual({}, agent.optimizer.returning)
+        agent.optimizer.bring_back()
         self.assertEqual([], self.hv.moves)
 
-    def test_undo_to_held_nodes_evens_them_as_they_were(self):
-        # Held on nodes 0 and 2, 3:1; the kernel brought everything to
-        # node 0: a quarter goes to node 2 again.
-        self.hv = fakes.FakeHypervisor(nodes=3, memory_mb=64 * GIB)
-        agent = self.undone_with_pages({0: 3 * GIB, 2: GIB},
-                                       kernel={0: 4 * GIB})
-        self.assertEqual((0, 2), self.hv.nodesets['a'])
-        self.assertEqual([('a', 0, 2, GIB)], self.hv.moves)
-        self.assertEqual(((0, 2), NODE0_CPUS), agent.restrictions['a'])
-
-    def test_undo_without_room_moves_back_what_fits(self):
-        self.undone_with_pages({0: 3 * GIB, 1: GIB}, fill_node0=True)
+    def test_pages_go_back_as_far_as_there_is_room(self):
+        # 2 GiB left on node 0, reserve_mb (1 GiB) kept free: 1 GiB back.
+        self.flags(group='numa_overhead_agent', reserve_mb=GIB)
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB}, room0=2 * GIB)
         self.assertEqual((0, 1), self.hv.nodesets['a'])
-        # 1 GiB of room was left on node 0: that much came back.
+        opt = agent.optimizer
+        opt.bring_back()
         self.assertAlmostEqual(GIB, self.hv.memory['a'][0], delta=1)
-        self.assertEqual(0, self.hv.free[0])
+        self.assertEqual(GIB, self.hv.free[0])
+        opt.bring_back()
+        self.assertEqual({}, opt.returning)
+        self.assertEqual(1, len(self.hv.moves))
 
-    def test_a_failed_page_move_leaves_the_undo_standing(self):
-        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB},
-                                       fail_pages=True)
+    def test_a_failed_page_move_ends_the_return_not_the_undo(self):
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        self.hv.raise_on[('move_pages', 'a')] = hv_mod.HypervisorError('no')
+        agent.optimizer.bring_back()
+        self.assertEqual({}, agent.optimizer.returning)
         self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
         self.assertEqual(1, agent.optimizer.counts['undone'])
         self.assertEqual(1, agent.errors['HypervisorError'])
         self.assertIn('Moving pages back of a failed', self.logger.output)
+
+    def test_a_lost_connection_keeps_the_return_for_later(self):
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        self.hv.raise_on[('move_pages', 'a')] = \
+            hv_mod.HypervisorUnavailable('gone')
+        self.assertRaises(hv_mod.HypervisorUnavailable,
+                          agent.optimizer.bring_back)
+        self.assertIn('a', agent.optimizer.returning)
+        del self.hv.raise_on[('move_pages', 'a')]
+        agent.optimizer.bring_back()
+        self.assertAlmostEqual(3 * GIB, self.hv.memory['a'][0], delta=1)
+
+    def test_a_new_move_restart_or_departure_ends_the_return(self):
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        opt = agent.optimizer
+        opt.backoff.clear()
+        opt.apply(self.to_node1(), self.clock.now)
+        self.assertEqual({}, opt.returning)
+        opt.returning['a'] = {0: 0.75, 1: 0.25}
+        opt.restarted('a', self.clock.now)
+        self.assertEqual({}, opt.returning)
+        # The move's check is the old run's: no verdict.
+        self.assertEqual({}, opt.checks)
+        self.assertEqual(1, opt.counts['expired'])
+        opt.returning['a'] = {0: 0.75, 1: 0.25}
+        self.hv.remove('a')
+        self.sample(agent, 1)
+        self.assertEqual({}, opt.returning)
 
     def test_undo_moves_no_page_with_enforcement_nodeset(self):
         self.hv.add('a', {0: 3 * GIB, 1: GIB}, vcpu_node=0)
@@ -949,6 +995,7 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual({}, opt.checks['a'].memory_before)
         end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
         self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual({}, opt.returning)
         self.assertEqual([], self.hv.moves)
 
     def test_failed_undo_is_counted(self):
@@ -1362,7 +1409,7 @@ class TestStatus(OptimizerTestCase):
                           'unpaid': 0, 'refused': 0, 'expired': 0,
                           'unjudged': 0, 'workload_changed': 0,
                           'failed': 0, 'waiting': 0,
-                          'backing_off': 0, 'trust': 1.0,
+                          'backing_off': 0, 'returning': 0, 'trust': 1.0,
                           'learned_miss_cost': 0},
                          opt.status())
         # 'b' moves later: the verdict on 'a' comes first.
@@ -1374,7 +1421,7 @@ class TestStatus(OptimizerTestCase):
                           'unpaid': 0, 'refused': 0, 'expired': 0,
                           'unjudged': 0, 'workload_changed': 0,
                           'failed': 1, 'waiting': 2,
-                          'backing_off': 0, 'trust': 1.0,
+                          'backing_off': 0, 'returning': 0, 'trust': 1.0,
                           'learned_miss_cost': 0},
                          opt.status())
         self.progress(agent, 'a', 1.2 * IPS, now + 1)
@@ -1388,8 +1435,8 @@ class TestStatus(OptimizerTestCase):
                           'unpaid': 1, 'refused': 0, 'expired': 0,
                           'unjudged': 0, 'workload_changed': 0,
                           'failed': 1, 'waiting': 0,
-                          'backing_off': 1, 'learned_miss_cost': 0},
-                         status)
+                          'backing_off': 1, 'returning': 0,
+                          'learned_miss_cost': 0}, status)
 
     def test_backing_off_ends_with_the_wait(self):
         self.remote('a')
