@@ -230,6 +230,15 @@ class Action:
     effects: dict = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass
+class Return:
+    """Pages an undo is bringing back (to Nova's nodes)."""
+
+    shares: dict              # node -> share of its memory before the move
+    left: float | None = None  # MiB still to move at the last step
+    moved_mb: float = 0.0
+
+
 class Optimizer:
     """The agent's optimizer and closed loop (one per agent)."""
 
@@ -241,8 +250,8 @@ class Optimizer:
         # name -> moves in a row without a verdict (each holds it longer).
         self.unjudged_run: dict = {}
         self.backoff: dict = {}       # name -> (undos, until)
-        # name -> node -> share of its memory before a move undone to
-        # Nova's nodes: its pages go back there, a step each cycle.
+        # name -> Return: the pages of a move undone to Nova's nodes go
+        # back where they were, a step each cycle.
         self.returning: dict = {}
         self.held: dict = {}          # name -> not before
         self.advised: dict = {}       # name -> the advice last logged
@@ -279,12 +288,15 @@ class Optimizer:
         guests = self.agent.collector.guests
         for name in [n for n in self.history if n not in guests]:
             del self.history[name]
-        for table in (self.checks, self.backoff, self.held, self.advised,
+        for table in (self.checks, self.held, self.advised,
                       self.seen, self.points, self.per_miss,
                       self.unjudged_run):
             for name in [n for n in table if n not in guests]:
                 del table[name]
-        for table in (self.per_guest, self.standing):
+        # Kept while the guest is here, measured or not (a backoff read
+        # from its record outlives a first sample that failed).
+        for table in (self.per_guest, self.standing, self.backoff,
+                      self.returning):
             for name in [n for n in table if n not in self.agent.domains]:
                 del table[name]
         for name, state in guests.items():
@@ -398,13 +410,14 @@ class Optimizer:
         """Verdicts on earlier moves, then maybe new moves."""
         self.observe(now)
         self.verdicts(now)
+        actions = []
+        if self.due(now):
+            self.next_pass = now + self._interval()
+            actions = self.plan(now)
+            for action in actions:
+                self.apply(action, now)
+        # After the pass: its moves take the page budget first.
         self.bring_back()
-        if not self.due(now):
-            return []
-        self.next_pass = now + self._interval()
-        actions = self.plan(now)
-        for action in actions:
-            self.apply(action, now)
         return actions
 
     def host_model(self) -> cost.HostModel:
@@ -841,8 +854,6 @@ class Optimizer:
             self.counts['advised'] += 1
             self.held[action.guest] = now + HOLD
             return False
-        # A new move replaces what an undo was bringing back.
-        self.returning.pop(action.guest, None)
         touched = set(action.nodes) | set(state.cpu if state else ()) | \
             set(state.memory_mb if state else ())
         neighbours = self.neighbours(action.guest, touched)
@@ -858,6 +869,8 @@ class Optimizer:
         agent.restrictions[action.guest] = (
             tuple(nodes) if nodes else tuple(previous[0]),
             tuple(action.cpus))
+        # The move replaces what an undo was bringing back.
+        self.returning.pop(action.guest, None)
         self._count(action.guest, 'moved')
         for name, effect in action.effects.items():
             self.standing[name] = self.standing.get(name, 1.0) * effect
@@ -1052,6 +1065,7 @@ class Optimizer:
     def _undo(self, check, own, hood, now) -> bool:
         agent = self.agent
         undos, _until = self.backoff.get(check.guest, (0, 0.0))
+        undos = min(undos, BACKOFF_UNDOS_MAX)
         wait = min(BACKOFF_BASE * 2 ** undos, BACKOFF_MAX)
         text = ('progress %+.1f%%, its neighbours %+.1f%% (predicted gain '
                 '%.3f)' % ((own - 1) * 100, (hood - 1) * 100,
@@ -1074,6 +1088,8 @@ class Optimizer:
         self.backoff[check.guest] = (undos + 1, now + wait)
         if not done:
             self.counts['undo_failed'] += 1
+            if domain is not None:
+                agent.write_record(domain)
             return False
         agent.restrictions[check.guest] = restored[0]
         if not nodes and check.memory_before and \
@@ -1083,13 +1099,16 @@ class Optimizer:
             # go back towards where they were, a step each cycle.
             shares = collector_mod.fractions(check.memory_before)
             if shares:
-                self.returning[check.guest] = shares
+                self.returning[check.guest] = Return(shares)
         self._count(check.guest, 'undone')
         self.unjudged_run.pop(check.guest, None)
         for name, effect in check.effects.items():
             # The move is taken back: so is what it was predicted to do.
             if name in self.standing and effect > 0:
                 self.standing[name] /= effect
+        if check.guest in self.returning:
+            text += '; its pages go back to nodes %s' % _text(sorted(
+                self.returning[check.guest].shares))
         agent.record(check.guest, 'undone',
                      'ok: back where it ran: %s; left alone %d s' % (
                          text, wait))
@@ -1129,23 +1148,34 @@ class Optimizer:
         within the page budget of this cycle.
         """
         agent = self.agent
-        for name, shares in list(self.returning.items()):
+        for name, back in list(self.returning.items()):
             domain = agent.domains.get(name)
             if domain is None or name in agent.migrating or \
                     name in self.checks:
                 del self.returning[name]
                 continue
-            if not agent.guarded(domain, 'Moving pages back',
-                                 self._step_back, domain, shares):
+            why = agent.guarded(domain, 'Moving pages back',
+                                self._step_back, domain, back)
+            if why is None:
+                # Failed (logged): the undo stands, the pages stay.
                 self.returning.pop(name, None)
+            elif why:
+                del self.returning[name]
+                LOG.info('Pages of %(guest)s moved back after its undo: '
+                         '%(why)s (%(mb)d MiB)', {
+                             'guest': name, 'why': why,
+                             'mb': back.moved_mb})
 
-    def _step_back(self, domain, shares) -> bool:
-        """Move pages of ``domain`` towards ``shares`` (node -> fraction
-        before the undone move), as far as the page budget allows now and
-        each node has room for, besides what other guests have yet to
-        touch and ``reserve_mb``. False when done: within MIN_SHIFT of
-        them, or nothing more can move.
+    def _step_back(self, domain, back) -> str:
+        """Move pages of ``domain`` towards ``back.shares`` (node ->
+        fraction before the undone move), as far as the page budget allows
+        now and each node has room for, besides what other guests have yet
+        to touch and ``reserve_mb``. '' while under way; why it ended:
+        within MIN_SHIFT of them, nothing more can move, or no nearer than
+        at the last step (something, the kernel's balancing or the guest
+        itself, moves them away as fast: the agent does not chase them).
         """
+        shares = back.shares
         agent = self.agent
         name = domain.name
         allowed = set(agent.nova_allowed.get(name, ()) or
@@ -1154,7 +1184,7 @@ class Optimizer:
             domain, {}).items() if n in allowed}
         touched = sum(now.values())
         if touched <= 0:
-            return False
+            return 'no memory measured'
         view = agent.host_view(without=name)
         target = {}
         for node, share in shares.items():
@@ -1171,13 +1201,19 @@ class Optimizer:
         moves = placer_mod.moves_towards(now, target)
         mb = sum(m[2] for m in moves)
         if mb < touched * MIN_SHIFT:
-            return False
+            return 'there, as far as its nodes have room'
+        if back.left is not None and mb >= back.left:
+            return 'no nearer than at the last step'
         pages = agent.pages_allowed(mb)
         if pages <= 0:
-            return True
+            return ''
         result = agent.hv.move_pages(domain, moves, pages)
         agent.count_failures(result.failed)
-        return result.moved > 0
+        if result.moved <= 0:
+            return 'no page could move'
+        back.left = mb
+        back.moved_mb += result.moved * placer_mod.page_mb()
+        return ''
 
     def status(self) -> dict:
         """Counts of moves and verdicts since the agent started."""

@@ -879,7 +879,7 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual((0, 1), self.hv.nodesets['a'])
         self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
         self.assertEqual([], self.hv.moves)
-        self.assertEqual({0: 0.75, 1: 0.25}, opt.returning['a'])
+        self.assertEqual({0: 0.75, 1: 0.25}, opt.returning['a'].shares)
         self.assertEqual(1, opt.status()['returning'])
         opt.bring_back()
         self.assertEqual([('a', 1, 0, 3 * GIB)], self.hv.moves)
@@ -961,16 +961,74 @@ class TestClosedLoop(OptimizerTestCase):
         opt.backoff.clear()
         opt.apply(self.to_node1(), self.clock.now)
         self.assertEqual({}, opt.returning)
-        opt.returning['a'] = {0: 0.75, 1: 0.25}
+        opt.returning['a'] = optimizer.Return({0: 0.75, 1: 0.25})
         opt.restarted('a', self.clock.now)
         self.assertEqual({}, opt.returning)
         # The move's check is the old run's: no verdict.
         self.assertEqual({}, opt.checks)
         self.assertEqual(1, opt.counts['expired'])
-        opt.returning['a'] = {0: 0.75, 1: 0.25}
+        opt.returning['a'] = optimizer.Return({0: 0.75, 1: 0.25})
         self.hv.remove('a')
         self.sample(agent, 1)
         self.assertEqual({}, opt.returning)
+
+    def test_a_return_that_gets_no_nearer_ends(self):
+        # Something (the kernel's balancing, the guest) moves the pages
+        # away as fast as they come back: the agent does not chase them.
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        agent.rate = type(agent.rate)(1024.0, agent.clock)
+        opt = agent.optimizer
+        opt.bring_back()
+        self.assertEqual(GIB, self.hv.memory['a'][0])
+        self.set_memory('a', {1: 4 * GIB})
+        self.clock.now += 1
+        opt.bring_back()
+        self.assertEqual({}, opt.returning)
+        self.assertEqual(1, len(self.hv.moves))
+        self.assertIn('Pages of a moved back after its undo: no nearer '
+                      'than at the last step (1024 MiB)', self.logger.output)
+
+    def test_a_return_ends_in_a_log_line(self):
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        self.assertIn('its pages go back to nodes 0,1', self.logger.output)
+        agent.optimizer.bring_back()
+        agent.optimizer.bring_back()
+        self.assertIn('Pages of a moved back after its undo: there, as far '
+                      'as its nodes have room (3072 MiB)', self.logger.output)
+
+    def test_a_live_migration_ends_the_return(self):
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        agent.migrating.add('a')
+        agent.optimizer.bring_back()
+        self.assertEqual({}, agent.optimizer.returning)
+        self.assertEqual([], self.hv.moves)
+
+    def test_a_failed_move_leaves_the_return(self):
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        opt = agent.optimizer
+        opt.backoff.clear()
+        self.hv.raise_on[('pin_vcpus', 'a')] = hv_mod.HypervisorError('no')
+        self.assertFalse(opt.apply(self.to_node1(), self.clock.now))
+        self.assertIn('a', opt.returning)
+
+    def test_the_pass_moves_before_pages_go_back(self):
+        # Its moves take the page budget first.
+        agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
+        opt = agent.optimizer
+        calls = []
+        action = self.to_node1('b')
+        with mock.patch.object(opt, 'due', autospec=True,
+                               return_value=True), \
+                mock.patch.object(opt, 'plan', autospec=True,
+                                  return_value=[action]), \
+                mock.patch.object(opt, 'apply', autospec=True,
+                                  side_effect=lambda *a: calls.append(
+                                      'apply')), \
+                mock.patch.object(opt, 'bring_back', autospec=True,
+                                  side_effect=lambda: calls.append(
+                                      'bring_back')):
+            self.assertEqual([action], opt.step(self.clock.now))
+        self.assertEqual(['apply', 'bring_back'], calls)
 
     def test_undo_moves_no_page_with_enforcement_nodeset(self):
         self.hv.add('a', {0: 3 * GIB, 1: GIB}, vcpu_node=0)
@@ -1301,6 +1359,13 @@ class TestBackoff(OptimizerTestCase):
         undos, until = again.optimizer.backoff['a']
         self.assertEqual(3, undos)
         self.assertLessEqual(until, self.clock.now)
+
+    def test_the_wait_of_many_undos_does_not_overflow(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        agent.optimizer.backoff['a'] = (10 ** 4, 0.0)
+        _count, until = self.undo(agent, 1000.0)
+        self.assertEqual(1000.0 + optimizer.BACKOFF_MAX, until)
 
     def test_a_recorded_backoff_is_bounded(self):
         # A clock set back, or a hand-edited record: an hour at most, and
