@@ -76,6 +76,8 @@ MAX_ACTIONS = 4          # moves per pass
 MOVE_COST = 0.5          # guest speed lost while its pages are in flight
 BACKOFF_BASE = 60.0      # seconds left alone after a first undo
 BACKOFF_MAX = 3600.0
+RETURN_STALLS = 3         # steps of pages going back that get no nearer
+#                          before the agent stops bringing them back
 BACKOFF_UNDOS_MAX = 32   # undos a record may bring back (2 ** 32 x 60 s
 #                          is BACKOFF_MAX already)
 HOLD = 30.0              # seconds a kept move is left before the next
@@ -235,7 +237,8 @@ class Return:
     """Pages an undo is bringing back (to Nova's nodes)."""
 
     shares: dict              # node -> share of its memory before the move
-    left: float | None = None  # MiB still to move at the last step
+    left: float | None = None  # the fewest MiB still to move at a step
+    stalls: int = 0           # steps since it last got nearer
     moved_mb: float = 0.0
 
 
@@ -1171,9 +1174,10 @@ class Optimizer:
         fraction before the undone move), as far as the page budget allows
         now and each node has room for, besides what other guests have yet
         to touch and ``reserve_mb``. '' while under way; why it ended:
-        within MIN_SHIFT of them, nothing more can move, or no nearer than
-        at the last step (something, the kernel's balancing or the guest
-        itself, moves them away as fast: the agent does not chase them).
+        within MIN_SHIFT of them, nothing more can move, or no nearer for
+        RETURN_STALLS steps (something, the kernel's balancing or the
+        guest itself, moves them away as fast: the agent does not chase
+        them).
         """
         shares = back.shares
         agent = self.agent
@@ -1203,7 +1207,14 @@ class Optimizer:
         if mb < touched * MIN_SHIFT:
             return 'there, as far as its nodes have room'
         if back.left is not None and mb >= back.left:
-            return 'no nearer than at the last step'
+            # Pages in flight may land later (an asynchronous backend):
+            # a few steps before giving up.
+            back.stalls += 1
+            if back.stalls >= RETURN_STALLS:
+                return 'no nearer in %d steps' % RETURN_STALLS
+        else:
+            back.stalls = 0
+            back.left = mb
         pages = agent.pages_allowed(mb)
         if pages <= 0:
             return ''
@@ -1211,7 +1222,6 @@ class Optimizer:
         agent.count_failures(result.failed)
         if result.moved <= 0:
             return 'no page could move'
-        back.left = mb
         back.moved_mb += result.moved * placer_mod.page_mb()
         return ''
 
