@@ -199,45 +199,62 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
         self.assertGreater(cold_mb.get(0, 0), 0, cold_mb)
         self.assertEqual({}, dict(agent.failures))
 
-    def test_an_undone_move_brings_the_pages_back(self):
-        # A guest Nova left free (no restriction of the agent's), its
-        # memory on node 0: the optimizer moves it, vCPU and memory, to
-        # node 1; the move made it slower, and the undo brings its pages
-        # back to node 0, not only its vCPU (widening the nodeset would
-        # have left them on node 1).
-        # No pass of the optimizer's own meanwhile: the test makes the move.
+    def measured(self):
+        """Guest 'a' (64 MiB on node 0, its vCPU there) and an agent that
+        measured it for a loop window; no optimizer pass of its own (the
+        tests make the moves). Returns (guest, agent, advance), advance()
+        being one more second of the guest, sampled.
+        """
         self.flags(group='numa_overhead_agent', optimize_interval=3600)
         clock = [1000.0]
         guest = self.guest('a', [(0, 64)], 0, {})
         agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm',
                                 clock=lambda: clock[0],
                                 sleep=lambda s: None)
-        for _ in range(agent.opts.loop_window + 1):
+
+        def advance():
             clock[0] += 1
             self.hv.run('a', 1000000, 2000000, 40000, 20000, 0)
             agent.cycle()
-        pid = guest.pid
-        every = tuple(range(agent.topology.size))
-        cgroups.set_memory_nodes(pid, list(every))
-        agent.restrictions['a'] = ((), ())
-        self.assertEqual({0: 64}, guest.nodes_mb())
-        node0 = tuple(agent.topology.nodes[0].cpus)
-        node1 = tuple(agent.topology.nodes[1].cpus)
+        for _ in range(agent.opts.loop_window + 1):
+            advance()
+        return guest, agent, advance
+
+    def moved_and_undone(self, guest, agent, moved_mb):
+        """The optimizer moves 'a', vCPU and memory, to node 1 (all its
+        pages go there); it runs half as fast after it, and the verdict
+        undoes it. Returns the undo the move was given.
+        """
         opt = agent.optimizer
+        node1 = tuple(agent.topology.nodes[1].cpus)
         self.assertTrue(opt.apply(optimizer.Action(
-            'a', (1,), node1, 0.5, 0.1, 64.0, ({1: 1.0}, {1: 1.0})),
-            clock[0]))
-        self.assertEqual((1,), cgroups.memory_nodes(pid))
+            'a', (1,), node1, 0.5, 0.1, moved_mb, ({1: 1.0}, {1: 1.0})),
+            agent.clock()))
+        self.assertEqual((1,), cgroups.memory_nodes(guest.pid))
         self.assertEqual({1: 64}, guest.nodes_mb())
         check = opt.checks['a']
-        self.assertEqual(((0,), node0), check.undo)
-        # Half as fast after the move.
+        undo = check.undo
         history = opt.history['a']
         for i in range(agent.opts.loop_window):
             history.append(optimizer.Rates(check.settle + 1 + i, 500000.0,
                                            1000000.0, 20000.0, 10000.0))
         end = check.settle + agent.opts.loop_window
         self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        return undo
+
+    def test_an_undone_move_brings_the_pages_back(self):
+        # A guest Nova left free (no restriction of the agent's), its
+        # memory on node 0: the optimizer moves it to node 1; the undo
+        # brings its pages back to node 0, not only its vCPU (widening the
+        # nodeset would have left them on node 1).
+        guest, agent, _advance = self.measured()
+        pid = guest.pid
+        cgroups.set_memory_nodes(pid, list(range(agent.topology.size)))
+        agent.restrictions['a'] = ((), ())
+        self.assertEqual({0: 64}, guest.nodes_mb())
+        node0 = tuple(agent.topology.nodes[0].cpus)
+        self.assertEqual(((0,), node0),
+                         self.moved_and_undone(guest, agent, 64.0))
         self.assertEqual((0,), cgroups.memory_nodes(pid))
         self.assertEqual({0: 64}, guest.nodes_mb())
         self.assertEqual(set(node0), os.sched_getaffinity(pid))
@@ -247,16 +264,7 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
         # to node 1: its undo gives Nova's nodes (narrowing to 0 and 1
         # would move no page), which moves no page either; the agent's
         # move_pages brings three quarters back to node 0.
-        self.flags(group='numa_overhead_agent', optimize_interval=3600)
-        clock = [1000.0]
-        guest = self.guest('a', [(0, 64)], 0, {})
-        agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm',
-                                clock=lambda: clock[0],
-                                sleep=lambda s: None)
-        for _ in range(agent.opts.loop_window + 1):
-            clock[0] += 1
-            self.hv.run('a', 1000000, 2000000, 40000, 20000, 0)
-            agent.cycle()
+        guest, agent, advance = self.measured()
         pid = guest.pid
         every = tuple(range(agent.topology.size))
         # Nova's placement: free, 48 MiB on node 0 and 16 on node 1.
@@ -264,28 +272,15 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
         cgroups.set_memory_nodes(pid, list(every))
         self.hv.move_pages(self.hv.guests['a'], [(1, 0, 48)], None)
         agent.restrictions['a'] = ((), ())
-        clock[0] += 1
-        self.hv.run('a', 1000000, 2000000, 40000, 20000, 0)
-        agent.cycle()
+        advance()
         self.assertEqual({0: 48, 1: 16}, guest.nodes_mb())
         node0 = tuple(agent.topology.nodes[0].cpus)
-        node1 = tuple(agent.topology.nodes[1].cpus)
-        opt = agent.optimizer
-        self.assertTrue(opt.apply(optimizer.Action(
-            'a', (1,), node1, 0.5, 0.1, 48.0, ({1: 1.0}, {1: 1.0})),
-            clock[0]))
-        self.assertEqual({1: 64}, guest.nodes_mb())
-        check = opt.checks['a']
-        self.assertEqual(((), node0), check.undo)
-        history = opt.history['a']
-        for i in range(agent.opts.loop_window):
-            history.append(optimizer.Rates(check.settle + 1 + i, 500000.0,
-                                           1000000.0, 20000.0, 10000.0))
-        end = check.settle + agent.opts.loop_window
-        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual(((), node0),
+                         self.moved_and_undone(guest, agent, 48.0))
         self.assertEqual(every, cgroups.memory_nodes(pid))
         # Widening moved no page; the next cycle's step does.
         self.assertEqual({1: 64}, guest.nodes_mb())
+        opt = agent.optimizer
         opt.bring_back()
         self.assertEqual({0: 48, 1: 16}, guest.nodes_mb())
         opt.bring_back()
