@@ -308,8 +308,12 @@ class Agent:
             if not domain.pinned and not domain.metadata_error:
                 self.guarded(domain, 'Enabling perf events',
                              self.hv.enable_counters, domain)
-        for name in self._measure(listed, now):
+        gone = self._measure(listed, now)
+        for name in gone:
             current.pop(name, None)
+        if started or stopped or gone:
+            # The moves awaiting a verdict: judged on their guest alone.
+            self.optimizer.host_changed()
         self.domains = current
         self.collector.retain(current)
         self._forget([n for n in self.nova_allowed if n not in current])

@@ -541,7 +541,9 @@ after a move, once its pages have landed. The move is undone, and the guest
 left alone for a backoff period that doubles with every undo, when the guest
 and the guests on the nodes it left or joined lost more than
 ``undo_threshold`` in all (the sum of their relative changes, or the nodes'
-instructions per second), or the guest itself more than three times that.
+instructions per second), or the guest itself more than three times that;
+when a guest started on the host or left it in between, on the guest alone
+(its own loss beyond ``undo_threshold``).
 A move of a guest measured fewer samples than this before it is not judged
 (a larger window leaves more of a young guest's moves unjudged), nor is one
 across a change of the guest's workload (memory-intensive or not, from its
@@ -561,7 +563,8 @@ Related options:
         min=0.0,
         max=0.5,
         help="""
-Relative loss of progress after a move, beyond which the move is undone.
+Relative loss of progress after a move, beyond which the move is undone
+(see ``loop_window``).
 
 Possible values:
 

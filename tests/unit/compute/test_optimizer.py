@@ -656,6 +656,94 @@ class TestClosedLoop(OptimizerTestCase):
             end = self.progress(agent, 'b', 0.5 * IPS, settle, rpi=rpi)
             self.assertEqual([('a', verdict)], opt.verdicts(end), rpi)
 
+    def host_changed(self, change, own, neighbour):
+        """'a' moved next to 'b', then ``change`` ('start': 'c' starts on
+        the host; 'leave': 'b' leaves; 'restart': 'b' starts again;
+        None), then 'a' at ``own`` and 'b' at ``neighbour`` of their
+        speed before: the verdict.
+        """
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        self.assertFalse(opt.checks['a'].host_changed)
+        if change == 'start':
+            self.hv.add('c', {0: 4 * GIB}, vcpu_node=0)
+        elif change == 'leave':
+            self.hv.remove('b')
+        if change == 'restart':
+            agent.on_lifecycle('started', 'b')
+            agent.handle_events()
+        else:
+            agent.cycle()
+        self.assertEqual(bool(change), opt.checks['a'].host_changed)
+        settle = opt.checks['a'].settle
+        self.progress(agent, 'a', own * IPS, settle)
+        end = self.progress(agent, 'b', neighbour * IPS, settle)
+        with mock.patch.object(optimizer.LOG, 'info', autospec=True) as info:
+            verdicts = opt.verdicts(end)
+        return opt, verdicts, info.call_args[0][1]['text']
+
+    def test_a_guest_starting_or_leaving_leaves_the_neighbours_out(self):
+        # 'a' 5% faster, 'b' at half speed: undone when nothing else
+        # changed on the host.
+        opt, verdicts, text = self.host_changed(None, 1.05, 0.5)
+        self.assertEqual([('a', 'undone')], verdicts)
+        self.assertEqual(0, opt.status()['host_changed'])
+        self.assertIn('its neighbours -50.0%', text)
+        for change in ('start', 'leave', 'restart'):
+            opt, verdicts, text = self.host_changed(change, 1.05, 0.5)
+            # A guest started (or again) or left meanwhile: 'b's loss is
+            # not taken for the move's, which is judged on 'a' alone.
+            self.assertEqual([('a', 'kept')], verdicts, change)
+            self.assertEqual(1, opt.status()['host_changed'])
+            self.assertIn('progress +5.0%, its neighbours not judged '
+                          '(guests started or left)', text)
+            event, payload = self.notifier.events[-1]
+            self.assertEqual('numa_overhead.optimize.kept', event)
+            self.assertIsNone(payload['neighbours'])
+
+    def test_after_a_host_change_the_guest_itself_decides(self):
+        # 'a' 5% slower, 'b' 10% faster: kept on their sum when nothing
+        # else changed; on 'a' alone, beyond undo_threshold: undone.
+        opt, verdicts, text = self.host_changed(None, 0.95, 1.1)
+        self.assertEqual([('a', 'kept')], verdicts)
+        opt, verdicts, text = self.host_changed('start', 0.95, 1.1)
+        self.assertEqual([('a', 'undone')], verdicts)
+        self.assertIn('progress -5.0%, its neighbours not judged', text)
+        # Within undo_threshold: kept.
+        opt, verdicts, text = self.host_changed('start', 0.98, 0.5)
+        self.assertEqual([('a', 'kept')], verdicts)
+
+    def host_changed_trust(self, effects, own):
+        """Trust and unpaid count after a verdict on 'a' alone ('a' at
+        ``own``, its move predicted ``effects``, 0.5 in all, for 4 GiB).
+        """
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        check = opt.checks['a']
+        check.effects = effects
+        check.predicted = 0.5
+        check.moved_mb = 4 * GIB
+        opt.host_changed()
+        end = self.progress(agent, 'a', own * IPS, check.settle)
+        opt.verdicts(end)
+        return opt
+
+    def test_after_a_host_change_trust_learns_from_the_guest_alone(self):
+        # Half of its predicted +20% came true (the neighbours' share of
+        # the gain is not measured).
+        opt = self.host_changed_trust({'a': 1.2, 'b': 1.3}, 1.1)
+        self.assertAlmostEqual(
+            (1 - optimizer.TRUST_WEIGHT) + optimizer.TRUST_WEIGHT * 0.5,
+            opt.trust)
+        # Moved for its neighbours' sake: nothing to learn from it alone.
+        opt = self.host_changed_trust({'a': 1.0, 'b': 1.5}, 0.99)
+        self.assertEqual(1.0, opt.trust)
+        # Whether it paid for its pages is not known without them: not
+        # counted as unpaid (-1% for 4 GiB would be, judged on all).
+        self.assertEqual(0, opt.status()['unpaid'])
+
     def test_faster_guest_keeps_its_move(self):
         agent, now = self.moved()
         opt = agent.optimizer
@@ -1474,6 +1562,7 @@ class TestStatus(OptimizerTestCase):
         self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
                           'unjudged': 0, 'workload_changed': 0,
+                          'host_changed': 0,
                           'failed': 0, 'waiting': 0,
                           'backing_off': 0, 'returning': 0, 'trust': 1.0,
                           'learned_miss_cost': 0},
@@ -1486,6 +1575,7 @@ class TestStatus(OptimizerTestCase):
         self.assertEqual({'moved': 2, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
                           'unjudged': 0, 'workload_changed': 0,
+                          'host_changed': 0,
                           'failed': 1, 'waiting': 2,
                           'backing_off': 0, 'returning': 0, 'trust': 1.0,
                           'learned_miss_cost': 0},
@@ -1500,6 +1590,7 @@ class TestStatus(OptimizerTestCase):
         self.assertEqual({'moved': 2, 'kept': 1, 'undone': 1, 'advised': 0,
                           'unpaid': 1, 'refused': 0, 'expired': 0,
                           'unjudged': 0, 'workload_changed': 0,
+                          'host_changed': 0,
                           'failed': 1, 'waiting': 0,
                           'backing_off': 1, 'returning': 0,
                           'learned_miss_cost': 0}, status)

@@ -39,11 +39,10 @@ KNOWN_BUILTIN = {
     'memory-32g': ('win', 'oracle'),
     'memory-8g': ('win', 'oracle'),
     'mixed-12': ('win', 'oracle'),
-    'mixed-16': ('win', 'oracle'),
+    'mixed-16': ('guest', 'win', 'oracle'),
     'mixed-8': ('win', 'oracle'),
     'remote-6': ('win',),
     'sockets-2': ('win', 'oracle'),
-    'sockets-8': ('win',),
     'vtrms-amd-6376': ('win',),
 }
 
@@ -53,9 +52,9 @@ KNOWN_SWEEP = {
     'sweep-101-1': ('win',),
     'sweep-101-2': ('oracle',),
     'sweep-101-4': ('harm', 'guest', 'win', 'oracle'),
-    'sweep-101-5': ('win', 'oracle'),
+    'sweep-101-5': ('guest', 'oracle'),
     'sweep-101-6': ('guest',),
-    'sweep-101-7': ('oracle',),
+    'sweep-101-7': ('guest', 'win', 'oracle'),
     'sweep-101-8': ('win', 'oracle'),
     'sweep-101-9': ('win', 'oracle'),
 }
