@@ -150,6 +150,9 @@ class Agent:
             else None, judge=self._judge_placement,
             remote=self.opts.remote_placement)
         self.domains: dict = {}
+        # Whether a cycle listed the guests yet: those of the first are
+        # the host as the agent found it, not guests starting.
+        self._listed = False
         self.pending: set = set()
         # What Nova allowed each guest (nodes, CPUs; () = all), and the
         # agent's own restriction in force (nodes, CPUs; () = none).
@@ -311,9 +314,11 @@ class Agent:
         gone = self._measure(listed, now)
         for name in gone:
             current.pop(name, None)
-        if started or stopped or gone:
-            # The moves awaiting a verdict: judged on their guest alone.
-            self.optimizer.host_changed()
+        if (started or stopped or gone) and self._listed:
+            # The moves awaiting a verdict are judged on their guest
+            # alone; the next waits for the host to settle.
+            self.optimizer.host_changed(now)
+        self._listed = True
         self.domains = current
         self.collector.retain(current)
         self._forget([n for n in self.nova_allowed if n not in current])

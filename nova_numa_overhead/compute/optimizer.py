@@ -25,9 +25,11 @@ every guest of the host. A move is made only when
 
 Moves are chosen greedily, the best first, with the model updated by the
 ones already chosen, up to ``MAX_ACTIONS`` per pass and the period's page
-budget. The nodes must hold the guest's memory plus ``reserve_mb`` besides
-what other guests have yet to touch (room); vCPUs stay within the CPUs Nova
-allowed; pinned guests are never touched.
+budget; none while the host settles (``settle_windows`` ``loop_window``
+periods after a guest started or left). The nodes must hold the guest's
+memory plus ``reserve_mb`` besides what other guests have yet to touch
+(room); vCPUs stay within the CPUs Nova allowed; pinned guests are never
+touched.
 
 Where the host has no stalled-cycles event, what an LLC miss costs a
 guest that is not memory-intensive is learned from its own samples
@@ -287,6 +289,9 @@ class Optimizer:
         self.points: dict = {}
         self.per_miss: dict = {}
         self.next_pass = None
+        # When a guest last started on the host or left it (None: not
+        # since the agent started).
+        self.changed_at = None
         # How far the model's predictions came true on this host (the
         # verdicts' net change / the predicted gain, smoothed): predicted
         # gains are scaled by it, so a host whose costs the model
@@ -426,7 +431,7 @@ class Optimizer:
         self.observe(now)
         self.verdicts(now)
         actions = []
-        if self.due(now):
+        if self.due(now) and not self._settling_logged(now):
             self.next_pass = now + self._interval()
             actions = self.plan(now)
             for action in actions:
@@ -553,13 +558,41 @@ class Optimizer:
             out.append(domain)
         return out
 
-    def host_changed(self) -> None:
+    def host_changed(self, now: float) -> None:
         """A guest started on the host (or again: restarted, resumed) or
         left it: the moves awaiting their verdict are judged on their
-        guest alone.
+        guest alone, and no move is made until the host settles.
         """
+        self.changed_at = now
         for check in self.checks.values():
             check.host_changed = True
+
+    def settling(self, now: float) -> bool:
+        """Whether a guest started or left less than ``settle_windows``
+        ``loop_window`` periods ago: every guest's rates then still mix
+        the host before and after (a newcomer touching its memory, its
+        neighbours slowed by it), and a move chosen on them is judged
+        against a host still changing.
+        """
+        return self.settle_left(now) > 0
+
+    def settle_left(self, now: float) -> float:
+        """Seconds until the host has settled (0: it has)."""
+        if self.changed_at is None:
+            return 0.0
+        quiet = self.opts.settle_windows * self.opts.loop_window * \
+            self.opts.sample_interval
+        return max(0.0, self.changed_at + quiet - now)
+
+    def _settling_logged(self, now: float) -> bool:
+        """settling(), with a debug line: a pass due meanwhile waits
+        (it runs at the first cycle after, not a whole interval later).
+        """
+        left = self.settle_left(now)
+        if left > 0:
+            LOG.debug('Optimizer pass held back %.0f s more: a guest '
+                      'started or left, the host settles', left)
+        return left > 0
 
     def restarted(self, name, now: float) -> None:
         """``name`` started again (or resumed: after a pause, at the end
@@ -637,7 +670,11 @@ class Optimizer:
         return sorted(set(sets))
 
     def plan(self, now: float) -> list:
-        """The moves to make now, best first."""
+        """The moves to make now, best first (none while the host
+        settles).
+        """
+        if self._settling_logged(now):
+            return []
         loads = self.loads()
         if not loads:
             return []
@@ -1281,6 +1318,7 @@ class Optimizer:
                 'backing_off': sum(1 for _u, until in self.backoff.values()
                                    if until > self.agent.clock()),
                 'returning': len(self.returning),
+                'settling_s': round(self.settle_left(self.agent.clock())),
                 'trust': round(self.trust, 3),
                 'learned_miss_cost': len(self.per_miss)}
 

@@ -295,6 +295,8 @@ class TestPlan(OptimizerTestCase):
         self.work('a')
         agent.cycle()
         self.assertIn('b', agent.collector.guests)
+        # The host settling is another rule (TestSettle): not this one.
+        self.flags(group='numa_overhead_agent', settle_windows=0)
         return agent
 
     def onto_node1(self, opt):
@@ -725,7 +727,7 @@ class TestClosedLoop(OptimizerTestCase):
         check.effects = effects
         check.predicted = 0.5
         check.moved_mb = 4 * GIB
-        opt.host_changed()
+        opt.host_changed(self.clock.now)
         end = self.progress(agent, 'a', own * IPS, check.settle)
         opt.verdicts(end)
         return opt
@@ -1550,6 +1552,76 @@ class TestEnforcement(OptimizerTestCase):
         self.assertEqual('failed', agent.outcomes['a'].action)
 
 
+class TestSettle(OptimizerTestCase):
+
+    def test_no_move_until_the_host_settles(self):
+        # 'a' would gain on node 1 (its memory is there); 'c' starts on
+        # node 0: no pass moves anything for two loop_window periods.
+        self.remote()
+        agent = self.start()
+        opt = agent.optimizer
+        self.assertIsNone(opt.changed_at)
+        self.assertEqual(['a'], [a.guest for a in opt.plan(
+            self.clock.now)])
+        self.hv.add('c', {0: 1 * GIB}, vcpu_node=0)
+        self.sample(agent, 1)
+        changed = self.clock.now
+        self.assertEqual(changed, opt.changed_at)
+        self.assertEqual(2, self.conf.numa_overhead_agent.settle_windows)
+        quiet = 2 * 3   # settle_windows x loop_window, 1 s samples
+        self.sample(agent, quiet - 1)
+        self.assertTrue(opt.settling(self.clock.now))
+        self.assertEqual(1, opt.status()['settling_s'])
+        with mock.patch.object(optimizer.LOG, 'debug',
+                               autospec=True) as debug:
+            self.assertEqual([], opt.plan(self.clock.now))
+        self.assertIn('the host settles', debug.call_args[0][0])
+        self.assertEqual(1, debug.call_args[0][1])
+        self.sample(agent, 1)
+        self.assertFalse(opt.settling(self.clock.now))
+        self.assertEqual(['a'], [a.guest for a in opt.plan(
+            self.clock.now)])
+        # A guest leaving starts it again.
+        self.hv.remove('c')
+        self.sample(agent, 1)
+        self.assertEqual(self.clock.now, opt.changed_at)
+        self.assertEqual([], opt.plan(self.clock.now))
+
+    def test_a_pass_due_while_settling_runs_once_settled(self):
+        # Passes every 5 s; 'c' starts at a pass: the pass waits, and runs
+        # at the first cycle the host has settled, not 5 s later.
+        self.flags(group='numa_overhead_agent', optimize_interval=5)
+        self.remote()
+        agent = self.start(cycles=1)
+        opt = agent.optimizer
+        self.hv.add('c', {0: 1 * GIB}, vcpu_node=0)
+        self.sample(agent, 1)
+        changed = self.clock.now
+        while opt.settling(self.clock.now):
+            self.assertEqual({}, self.hv.pins)
+            self.sample(agent, 1)
+        self.assertEqual(changed + 6, self.clock.now)
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        self.assertEqual(0, opt.status()['settling_s'])
+
+    def test_settle_windows_zero_moves_at_once(self):
+        self.flags(group='numa_overhead_agent', settle_windows=0)
+        self.remote()
+        agent = self.start()
+        self.hv.add('c', {0: 1 * GIB}, vcpu_node=0)
+        self.sample(agent, 1)
+        self.assertEqual(self.clock.now, agent.optimizer.changed_at)
+        self.assertFalse(agent.optimizer.settling(self.clock.now))
+        self.assertEqual(['a'], [a.guest for a in agent.optimizer.plan(
+            self.clock.now)])
+
+    def test_the_guests_found_at_start_are_no_change(self):
+        self.remote()
+        agent = self.start(cycles=1)
+        self.assertIsNone(agent.optimizer.changed_at)
+        self.assertFalse(agent.optimizer.settling(self.clock.now))
+
+
 class TestStatus(OptimizerTestCase):
 
     def test_counts(self):
@@ -1565,7 +1637,7 @@ class TestStatus(OptimizerTestCase):
                           'host_changed': 0,
                           'failed': 0, 'waiting': 0,
                           'backing_off': 0, 'returning': 0, 'trust': 1.0,
-                          'learned_miss_cost': 0},
+                          'learned_miss_cost': 0, 'settling_s': 0},
                          opt.status())
         # 'b' moves later: the verdict on 'a' comes first.
         self.assertTrue(opt.apply(self.to_node1('a'), now))
@@ -1578,7 +1650,7 @@ class TestStatus(OptimizerTestCase):
                           'host_changed': 0,
                           'failed': 1, 'waiting': 2,
                           'backing_off': 0, 'returning': 0, 'trust': 1.0,
-                          'learned_miss_cost': 0},
+                          'learned_miss_cost': 0, 'settling_s': 0},
                          opt.status())
         self.progress(agent, 'a', 1.2 * IPS, now + 1)
         self.assertEqual([('a', 'kept')], opt.verdicts(now + 4))
@@ -1593,7 +1665,7 @@ class TestStatus(OptimizerTestCase):
                           'host_changed': 0,
                           'failed': 1, 'waiting': 0,
                           'backing_off': 1, 'returning': 0,
-                          'learned_miss_cost': 0}, status)
+                          'learned_miss_cost': 0, 'settling_s': 0}, status)
 
     def test_backing_off_ends_with_the_wait(self):
         self.remote('a')
