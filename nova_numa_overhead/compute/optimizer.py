@@ -567,17 +567,13 @@ class Optimizer:
         for check in self.checks.values():
             check.host_changed = True
 
-    def settling(self, now: float) -> bool:
-        """Whether a guest started or left less than ``settle_windows``
-        ``loop_window`` periods ago: every guest's rates then still mix
-        the host before and after (a newcomer touching its memory, its
-        neighbours slowed by it), and a move chosen on them is judged
-        against a host still changing.
-        """
-        return self.settle_left(now) > 0
-
     def settle_left(self, now: float) -> float:
-        """Seconds until the host has settled (0: it has)."""
+        """Seconds until the host has settled (0: it has): a guest started
+        or left less than ``settle_windows`` ``loop_window`` periods ago,
+        every guest's rates still mix the host before and after (a
+        newcomer touching its memory, its neighbours slowed by it), and a
+        move chosen on them would be judged against a host still changing.
+        """
         if self.changed_at is None:
             return 0.0
         quiet = self.opts.settle_windows * self.opts.loop_window * \
@@ -585,8 +581,9 @@ class Optimizer:
         return max(0.0, self.changed_at + quiet - now)
 
     def _settling_logged(self, now: float) -> bool:
-        """settling(), with a debug line: a pass due meanwhile waits
-        (it runs at the first cycle after, not a whole interval later).
+        """Whether the host still settles, with a debug line: a pass due
+        meanwhile waits (it runs at the first cycle after, not a whole
+        interval later).
         """
         left = self.settle_left(now)
         if left > 0:

@@ -1570,7 +1570,7 @@ class TestSettle(OptimizerTestCase):
         self.assertEqual(2, self.conf.numa_overhead_agent.settle_windows)
         quiet = 2 * 3   # settle_windows x loop_window, 1 s samples
         self.sample(agent, quiet - 1)
-        self.assertTrue(opt.settling(self.clock.now))
+        self.assertGreater(opt.settle_left(self.clock.now), 0)
         self.assertEqual(1, opt.status()['settling_s'])
         with mock.patch.object(optimizer.LOG, 'debug',
                                autospec=True) as debug:
@@ -1578,7 +1578,7 @@ class TestSettle(OptimizerTestCase):
         self.assertIn('the host settles', debug.call_args[0][0])
         self.assertEqual(1, debug.call_args[0][1])
         self.sample(agent, 1)
-        self.assertFalse(opt.settling(self.clock.now))
+        self.assertEqual(0, opt.settle_left(self.clock.now))
         self.assertEqual(['a'], [a.guest for a in opt.plan(
             self.clock.now)])
         # A guest leaving starts it again.
@@ -1597,7 +1597,7 @@ class TestSettle(OptimizerTestCase):
         self.hv.add('c', {0: 1 * GIB}, vcpu_node=0)
         self.sample(agent, 1)
         changed = self.clock.now
-        while opt.settling(self.clock.now):
+        while opt.settle_left(self.clock.now):
             self.assertEqual({}, self.hv.pins)
             self.sample(agent, 1)
         self.assertEqual(changed + 6, self.clock.now)
@@ -1611,7 +1611,7 @@ class TestSettle(OptimizerTestCase):
         self.hv.add('c', {0: 1 * GIB}, vcpu_node=0)
         self.sample(agent, 1)
         self.assertEqual(self.clock.now, agent.optimizer.changed_at)
-        self.assertFalse(agent.optimizer.settling(self.clock.now))
+        self.assertEqual(0, agent.optimizer.settle_left(self.clock.now))
         self.assertEqual(['a'], [a.guest for a in agent.optimizer.plan(
             self.clock.now)])
 
@@ -1619,7 +1619,7 @@ class TestSettle(OptimizerTestCase):
         self.remote()
         agent = self.start(cycles=1)
         self.assertIsNone(agent.optimizer.changed_at)
-        self.assertFalse(agent.optimizer.settling(self.clock.now))
+        self.assertEqual(0, agent.optimizer.settle_left(self.clock.now))
 
 
 class TestStatus(OptimizerTestCase):
