@@ -1621,6 +1621,57 @@ class TestSettle(OptimizerTestCase):
         self.assertIsNone(agent.optimizer.changed_at)
         self.assertEqual(0, agent.optimizer.settle_left(self.clock.now))
 
+    def test_a_first_listing_that_fails_is_no_change(self):
+        # The hypervisor is down at the agent's first cycle: the guests it
+        # lists once it is back are still the ones found at start.
+        self.remote()
+        agent = self.make_agent()
+        self.hv.down = True
+        self.clock.now += 1
+        self.assertFalse(agent.cycle())
+        self.hv.down = False
+        self.sample(agent, 1)
+        self.assertIsNone(agent.optimizer.changed_at)
+
+    def test_an_outage_with_the_same_guests_is_no_change(self):
+        self.remote()
+        agent = self.start(cycles=2)
+        self.hv.down = True
+        self.clock.now += 1
+        self.assertFalse(agent.cycle())
+        self.hv.down = False
+        self.sample(agent, 2)
+        self.assertIsNone(agent.optimizer.changed_at)
+
+    def test_a_guest_resuming_through_an_event_starts_the_wait(self):
+        # As at the end of an incoming live migration, or a failed
+        # outgoing one ('resumed' on the source).
+        self.remote()
+        agent = self.start(cycles=2)
+        agent.on_lifecycle('resumed', 'a')
+        self.clock.now += 1
+        agent.handle_events()
+        self.assertEqual(self.clock.now, agent.optimizer.changed_at)
+        self.assertGreater(agent.optimizer.settle_left(self.clock.now), 0)
+
+    def test_no_advice_while_the_host_settles(self):
+        self.flags(group='numa_overhead_agent', enforcement='advisory',
+                   optimize_interval=1)
+        # 'c' starts the second before advice is due: the advice waits
+        # for the host to settle, then comes at once.
+        self.remote()
+        agent = self.start(cycles=1)
+        opt = agent.optimizer
+        self.sample(agent, int(opt.next_pass - self.clock.now) - 1)
+        self.hv.add('c', {0: 1 * GIB}, vcpu_node=0)
+        self.sample(agent, 1)
+        self.assertTrue(opt.due(self.clock.now))
+        while opt.settle_left(self.clock.now):
+            self.assertEqual(0, opt.status()['advised'])
+            self.sample(agent, 1)
+        self.assertEqual(1, opt.status()['advised'])
+        self.assertEqual({}, self.hv.pins)
+
 
 class TestStatus(OptimizerTestCase):
 
