@@ -435,6 +435,11 @@ def _sources(agent, hv) -> dict:
                    'bandwidth': bandwidth,
                    'topology_file': (agent.opts.topology_file
                                      if matrix == 'probe' else None)},
+        # MiB of L3 cache per node from the capabilities' cache banks;
+        # None where they list none (the cost model then assumes
+        # LLC_VCPUS_PER_CORE working sets per core).
+        'llc_mb': [None if node.llc_mb is None else round(node.llc_mb, 1)
+                   for node in topology.nodes],
     }
 
 
@@ -800,6 +805,17 @@ def _sources_text(sources: dict) -> str:
             measured, matrix['topology_file']),
         'hypervisor': '%s from the hypervisor' % measured,
         'slit': 'SLIT distances only (no probe)'}[matrix['source']])
+    llc = sources.get('llc_mb') or []
+    known = sorted({size for size in llc if size is not None})
+    if known and all(size is not None for size in llc):
+        text = '%s MiB per node' % '/'.join('%g' % size for size in known)
+    elif known:
+        text = '%s MiB on %d of %d nodes' % (
+            '/'.join('%g' % size for size in known),
+            sum(size is not None for size in llc), len(llc))
+    else:
+        text = 'not listed (the cost model assumes its room per core)'
+    parts.append('LLC size %s' % text)
     return 'Counter sources: %s.' % '; '.join(parts)
 
 

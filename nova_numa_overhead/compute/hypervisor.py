@@ -49,6 +49,7 @@ class NodeInfo:
     cpus: tuple          # host CPU ids of the node
     memory_mb: int       # total memory of the node
     cores: int | None = None   # physical cores (threads share one), if known
+    llc_mb: float | None = None   # last-level cache of its CPUs, if known
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,7 +138,9 @@ def parse_capabilities(xml: str, fallback_cpus: int = 0,
     Cells without ``<distances>`` get the SLIT defaults (10 local, 20
     remote). Gaps in the cell ids are filled with empty nodes so that the
     index of a node is its id. A host without cells is one node holding
-    ``fallback_cpus`` CPUs and ``fallback_memory_mb``.
+    ``fallback_cpus`` CPUs and ``fallback_memory_mb``. A node's
+    last-level cache is the sum of the L3 cache banks of its CPUs
+    (:func:`llc_per_node`), None where the capabilities list none.
     """
     root = ElementTree.fromstring(xml)
     cells = root.findall('./host/topology/cells/cell')
@@ -172,7 +174,40 @@ def parse_capabilities(xml: str, fallback_cpus: int = 0,
         tuple(siblings.get(i, {}).get(j, 10 if i == j else 20)
               for j in range(size))
         for i in range(size))
+    llc = llc_per_node(root, {cpu: node.id for node in ordered
+                              for cpu in node.cpus})
+    ordered = tuple(dataclasses.replace(node, llc_mb=llc[node.id])
+                    if node.id in llc else node for node in ordered)
     return hypervisor.HostTopology(nodes=ordered, distances=distances)
+
+
+def llc_per_node(root, node_of_cpu: dict) -> dict:
+    """Node id -> MiB of L3 cache, from the capabilities' ``<cache>``
+    banks (``<bank level='3' size='30' unit='MiB' cpus='0-11'/>``; libvirt
+    reads them from sysfs, resctrl or not).
+
+    A bank shared by CPUs of several nodes (sub-NUMA clustering) is split
+    by their CPU counts; one with several banks per node (AMD's CCXs) adds
+    them up. Banks that cannot be read are left out.
+    """
+    out = {}
+    for bank in root.findall('./host/cache/bank'):
+        if bank.get('level') != '3':
+            continue
+        try:
+            unit = (bank.get('unit') or 'KiB').lower()
+            mib = int(bank.get('size')) * _UNITS_KIB[unit] / 1024.0
+            cpus = parse_set(bank.get('cpus', ''))
+        except (KeyError, TypeError, ValueError):
+            LOG.debug('Ignoring unreadable L3 cache bank %s', bank.attrib)
+            continue
+        nodes = [node_of_cpu[cpu] for cpu in cpus if cpu in node_of_cpu]
+        if mib <= 0 or not nodes:
+            continue
+        for node in set(nodes):
+            out[node] = out.get(node, 0.0) + mib * nodes.count(node) / len(
+                nodes)
+    return out
 
 
 def parse_l3_banks(xml: str) -> dict:

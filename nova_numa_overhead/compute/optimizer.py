@@ -450,6 +450,7 @@ class Optimizer:
         return cost.HostModel.build(
             cpus=[len(n.cpus) for n in topology.nodes],
             cores=[n.cores or len(n.cpus) for n in topology.nodes],
+            llc_mb=[n.llc_mb for n in topology.nodes],
             distances=topology.distances,
             bandwidth_mbps=self.opts.node_bandwidth_mbps,
             latency_ns=matrix.latency_ns,

@@ -32,7 +32,9 @@ split into a core part and a memory part; a candidate placement changes
   the guest's own samples instead (its ``GuestLoad.stall``, as if
   measured: :meth:`~nova_numa_overhead.compute.optimizer.Optimizer.loads`);
 * its LLC misses: the node's LLC is shared by the memory-intensive vCPUs
-  running there (``LLC_VCPUS_PER_CORE`` of them per core fit);
+  running there (as many fit as its size holds working sets of
+  ``WORKING_SET_MB``; where the host does not say its LLC's size,
+  ``LLC_VCPUS_PER_CORE`` per core);
 * its memory stalls: latency of each (vCPU node, memory node) pair (the
   probe's matrix, else SLIT), stretched by the queueing of the memory
   controllers and links it uses (``1 + rho^3 / (1 - rho)``), with their
@@ -49,6 +51,11 @@ import dataclasses
 
 SMT_YIELD = 0.3          # a second hardware thread: +30% of a core
 LLC_VCPUS_PER_CORE = 0.4  # memory-intensive working sets an LLC holds
+# The LLC a memory-intensive vCPU's working set takes: the same assumption
+# on the papers' host (18 MB of LLC for 8 cores), for hosts whose LLC size
+# is known (libvirt's capabilities). Per core, LLCs range from under 1 MB
+# to over 4 MB: a constant per core misjudged the LLC's room by up to 4x.
+WORKING_SET_MB = 18.0 / (8 * LLC_VCPUS_PER_CORE)
 MISS_CYCLES = 50.0       # stall per local LLC miss when not measured
 CORE_CPI = 0.8           # cycles per instruction of a core not stalled
 MAX_STALL = 0.9          # share of cycles a guest can be stalled
@@ -70,6 +77,7 @@ class HostModel:
     latency: tuple            # relative latency [cpu node][memory node]
     bandwidth_mbps: tuple     # memory controllers of each node, MB/s
     link_mbps: tuple          # [cpu node][memory node], MB/s
+    llc_room: tuple = ()      # memory-intensive vCPUs each node's LLC fits
 
     @property
     def size(self) -> int:
@@ -77,9 +85,11 @@ class HostModel:
 
     @classmethod
     def build(cls, cpus, distances, bandwidth_mbps, cores=None,
-              latency_ns=None, matrix_mbps=None) -> 'HostModel':
+              latency_ns=None, matrix_mbps=None,
+              llc_mb=None) -> 'HostModel':
         """From the topology: CPUs per node, SLIT, the bandwidth option,
-        and the probe's matrix where it was measured.
+        the probe's matrix where it was measured, the LLC per node (MB)
+        where it is known.
         """
         n = len(cpus)
         # A node the probe could not measure (no CPUs) has a None row.
@@ -111,8 +121,13 @@ class HostModel:
         link = [[(float(matrix_mbps[i][j]) if matrix_mbps and
                   matrix_mbps[i][j] else min(bw[i], bw[j]) * LINK_FRACTION)
                  for j in range(n)] for i in range(n)]
+        room = tuple(
+            float(llc_mb[i]) / WORKING_SET_MB
+            if llc_mb and i < len(llc_mb) and llc_mb[i] and llc_mb[i] > 0
+            else float(cores[i]) * LLC_VCPUS_PER_CORE for i in range(n))
         return cls(cores=tuple(float(c) for c in cores),
                    threads=tuple(float(t) for t in threads),
+                   llc_room=room,
                    latency=latency, bandwidth_mbps=tuple(bw),
                    link_mbps=tuple(tuple(r) for r in link))
 
@@ -246,7 +261,8 @@ class Model:
                 extra = max(running - cores, 0.0)
                 eff = min(running, cores + SMT_YIELD * extra)
                 cpu.append((running / demand, eff / running))
-            room = cores * LLC_VCPUS_PER_CORE
+            room = host.llc_room[node] if host.llc_room else \
+                cores * LLC_VCPUS_PER_CORE
             pressure = agg['pressure'][node]
             fit.append(1.0 if pressure <= room else room / pressure)
         ctrl = [_queue(agg['ctrl'][j] / host.bandwidth_mbps[j])

@@ -80,7 +80,8 @@ class SimHypervisor(hv_mod.Hypervisor):
         for i, node in enumerate(spec.nodes):
             nodes.append(hv_mod.NodeInfo(
                 id=i, cpus=tuple(range(first, first + node.cpus)),
-                memory_mb=node.memory_mb, cores=node.cores))
+                memory_mb=node.memory_mb, cores=node.cores,
+                llc_mb=node.llc_mb))
             first += node.cpus
         self._topology = hv_mod.HostTopology(nodes=tuple(nodes),
                                              distances=spec.distances)

@@ -129,7 +129,8 @@ class TestOnLibvirt(StatusTestCase):
         self.assertIn('Counter sources: perf events (cycles, instructions, '
                       'LLC) no; stalled-cycles event no (reads 0); resctrl '
                       'memory bandwidth no; node matrix SLIT distances only '
-                      '(no probe).', ' '.join(out.split()))
+                      '(no probe); LLC size not listed (the cost model '
+                      'assumes its room per core).', ' '.join(out.split()))
 
     def test_json(self):
         # Realistic free memory (the test driver's is in KiB), with room
@@ -176,7 +177,8 @@ class TestOnLibvirt(StatusTestCase):
              'resctrl': {'available': False, 'guests': 0,
                          'measured_guests': 0, 'error': None},
              'matrix': {'source': 'slit', 'latency': False,
-                        'bandwidth': False, 'topology_file': None}},
+                        'bandwidth': False, 'topology_file': None},
+             'llc_mb': [None, None]},
             data['sources'])
         self.assertFalse(floating['bandwidth_monitor'])
         self.assertIsNone(floating['bandwidth_bps'])
@@ -511,14 +513,33 @@ class TestOnAFakeHost(StatusTestCase):
              'resctrl': {'available': False, 'guests': 0,
                          'measured_guests': 0, 'error': None},
              'matrix': {'source': 'slit', 'latency': False,
-                        'bandwidth': False, 'topology_file': None}},
+                        'bandwidth': False, 'topology_file': None},
+             'llc_mb': [None] * 4},
             data['sources'])
         text = ' '.join(status.render(data).split())
         self.assertIn('Counter sources: perf events (cycles, instructions, '
                       'LLC) yes, 2 guests (LLC events on 1); stalled-cycles '
                       'event yes, 1 guest; resctrl memory bandwidth no; node '
-                      'matrix SLIT distances only (no probe).', text)
+                      'matrix SLIT distances only (no probe); LLC size not '
+                      'listed (the cost model assumes its room per core).',
+                      text)
         self.assertNotIn(' mbm ', text)
+
+    def test_llc_size_from_the_capabilities(self):
+        topology = self.hv._topology
+        self.hv._topology = dataclasses.replace(topology, nodes=tuple(
+            dataclasses.replace(node, llc_mb=30.0 if node.id else None)
+            for node in topology.nodes))
+        data = self.collect()
+        self.assertEqual([None, 30.0, 30.0, 30.0],
+                         data['sources']['llc_mb'])
+        self.assertIn('LLC size 30 MiB on 3 of 4 nodes.',
+                      ' '.join(status.render(data).split()))
+        self.hv._topology = dataclasses.replace(topology, nodes=tuple(
+            dataclasses.replace(node, llc_mb=30.0) for node in
+            topology.nodes))
+        self.assertIn('LLC size 30 MiB per node.', ' '.join(
+            status.render(self.collect()).split()))
 
     def monitor(self, per_second):
         """Give 'hot' a resctrl monitor counting ``per_second`` bytes
@@ -593,7 +614,7 @@ class TestOnAFakeHost(StatusTestCase):
                           'bandwidth': True, 'topology_file': path},
                          data['sources']['matrix'])
         self.assertIn('node matrix latency and bandwidth measured by the '
-                      'probe (%s).' % path,
+                      'probe (%s);' % path,
                       ' '.join(status.render(data).split()))
 
     def test_matrix_from_the_hypervisor(self):

@@ -20,13 +20,13 @@ class FakeHypervisor(hv_mod.Hypervisor):
     """Nodes, guests, counters and memory, all set by the test."""
 
     def __init__(self, nodes=4, cpus_per_node=8, memory_mb=65536,
-                 remote=21):
+                 remote=21, llc_mb=None):
         self.nodes = nodes
         self._topology = hv_mod.HostTopology(
             nodes=tuple(hv_mod.NodeInfo(
                 id=n, cpus=tuple(range(n * cpus_per_node,
                                        (n + 1) * cpus_per_node)),
-                memory_mb=memory_mb) for n in range(nodes)),
+                memory_mb=memory_mb, llc_mb=llc_mb) for n in range(nodes)),
             distances=tuple(tuple(10 if i == j else remote
                                   for j in range(nodes))
                             for i in range(nodes)))

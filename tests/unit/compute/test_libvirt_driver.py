@@ -154,6 +154,37 @@ class TestParsing(base.TestCase):
         self.assertEqual((0, 1, 2, 3), topo.nodes[0].cpus)
         self.assertEqual(2, topo.nodes[0].cores)
 
+    def test_capabilities_llc_per_node(self):
+        # Node 0: one 30 MiB bank; node 1: two CCX banks of 16384 KiB;
+        # node 2: half of a bank shared with node 3 (sub-NUMA clusters);
+        # unreadable banks and L2 left out; node 4 lists none.
+        cells = ''.join(
+            "<cell id='%d'><memory unit='GiB'>1</memory><cpus num='2'>"
+            "<cpu id='%d'/><cpu id='%d'/></cpus></cell>" % (n, 2 * n,
+                                                            2 * n + 1)
+            for n in range(5))
+        xml = ("<capabilities><host><topology><cells num='5'>%s</cells>"
+               "</topology><cache>"
+               "<bank id='0' level='3' type='both' size='30' unit='MiB' "
+               "cpus='0-1'/>"
+               "<bank id='1' level='3' type='both' size='16384' "
+               "unit='KiB' cpus='2'/>"
+               "<bank id='2' level='3' type='both' size='16384' "
+               "unit='KiB' cpus='3'/>"
+               "<bank id='3' level='3' type='both' size='24' unit='MiB' "
+               "cpus='4-7'/>"
+               "<bank id='4' level='3' size='x' unit='MiB' cpus='8'/>"
+               "<bank id='5' level='3' size='8' unit='parsecs' cpus='8'/>"
+               "<bank id='6' level='2' size='1' unit='MiB' cpus='8-9'/>"
+               "</cache></host></capabilities>" % cells)
+        topo = libvirt_driver.parse_capabilities(xml)
+        self.assertEqual([30.0, 32.0, 12.0, 12.0, None],
+                         [node.llc_mb for node in topo.nodes])
+        # Without banks: unknown.
+        topo = libvirt_driver.parse_capabilities(xml.split('<cache>')[0] +
+                                                 '</host></capabilities>')
+        self.assertEqual([None] * 5, [node.llc_mb for node in topo.nodes])
+
     def test_capabilities_without_cells(self):
         topo = libvirt_driver.parse_capabilities(
             '<capabilities><host/></capabilities>', fallback_cpus=4,

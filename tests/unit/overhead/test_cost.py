@@ -86,6 +86,20 @@ class TestHostModel(testtools.TestCase):
         self.assertEqual(9000.0, model.link_mbps[0][1])
         self.assertEqual(20000.0 * cost.LINK_FRACTION, model.link_mbps[1][0])
 
+    def test_llc_room_from_its_size(self):
+        # Known: the working sets of WORKING_SET_MB that the LLC holds;
+        # unknown (None or 0): LLC_VCPUS_PER_CORE per core.
+        model = host(llc_mb=[9.0, None])
+        self.assertEqual((9.0 / cost.WORKING_SET_MB,
+                          8 * cost.LLC_VCPUS_PER_CORE), model.llc_room)
+        self.assertEqual((8 * cost.LLC_VCPUS_PER_CORE,) * 2,
+                         host(llc_mb=[0.0, 0.0]).llc_room)
+        # The papers' x3850 (18 MB, 8 cores): the same room either way.
+        x3850 = cost.HostModel.build([16], ((10,),), 20000.0, cores=[8],
+                                     llc_mb=[18.0])
+        self.assertAlmostEqual(8 * cost.LLC_VCPUS_PER_CORE,
+                               x3850.llc_room[0])
+
     def test_cpu_less_node_row_falls_back_to_slit(self):
         model = cost.HostModel.build(
             [8, 0], SLIT2, 20000.0, latency_ns=((80.0, 160.0), None),
@@ -149,6 +163,20 @@ class TestPredict(testtools.TestCase):
         ratios = model.predict({'a': ({1: 1.0}, {0: 1.0})})
         self.assertGreater(ratios['a'], 1.5)
         self.assertGreater(ratios['b'], 1.5)
+
+    def test_a_small_llc_gives_more_to_leaving_it(self):
+        # A guest that barely misses alone, its hit rate now low beside a
+        # memory-intensive neighbour of 8 vCPUs: on 8 MB of LLC for 16
+        # cores (1.4 working sets fit) leaving gains far more than the
+        # per-core rule (6.4 fit) says.
+        def ratio(llc_mb):
+            model = cost.Model(host(cpus=16, llc_mb=llc_mb), [
+                guest('big', {0: 1.0}, {0: 1.0}, vcpus=8),
+                guest('small', {0: 1.0}, {0: 1.0}, vcpus=2, cpi=1.0,
+                      rpi=0.002, mpi=0.0017, stall=0.5)])
+            return model.predict({'small': LOCAL1})['small']
+        self.assertGreater(ratio([8.0, 8.0]), 1.5)
+        self.assertLess(ratio(None), 1.2)
 
     def test_joining_a_node_with_busy_cpus_slows_its_guests(self):
         # Node 0's 8 threads are taken; node 1 is the newcomer's alone.
