@@ -440,6 +440,7 @@ def _sources(agent, hv) -> dict:
         # LLC_VCPUS_PER_CORE working sets per core).
         'llc_mb': [None if node.llc_mb is None else round(node.llc_mb, 1)
                    for node in topology.nodes],
+        'node_cpus': [len(node.cpus) for node in topology.nodes],
     }
 
 
@@ -805,16 +806,21 @@ def _sources_text(sources: dict) -> str:
             measured, matrix['topology_file']),
         'hypervisor': '%s from the hypervisor' % measured,
         'slit': 'SLIT distances only (no probe)'}[matrix['source']])
-    llc = sources.get('llc_mb') or []
-    known = sorted({size for size in llc if size is not None})
-    if known and all(size is not None for size in llc):
-        text = '%s MiB per node' % '/'.join('%g' % size for size in known)
+    # Nodes without CPUs (memory-only) have no LLC of their own.
+    llc = [size for size, cpus in zip(sources.get('llc_mb') or [],
+                                      sources.get('node_cpus') or [])
+           if cpus]
+    known = [size for size in llc if size is not None]
+    sizes = '/'.join('%g' % size for size in sorted(set(known)))
+    if known and len(known) == len(llc):
+        text = '%s MiB per node' % sizes
     elif known:
-        text = '%s MiB on %d of %d nodes' % (
-            '/'.join('%g' % size for size in known),
-            sum(size is not None for size in llc), len(llc))
+        text = '%s MiB on %d of %d nodes with CPUs' % (
+            sizes, len(known), len(llc))
     else:
-        text = 'not listed (the cost model assumes its room per core)'
+        from nova_numa_overhead.overhead import cost
+        text = ('not listed by libvirt (the cost model assumes %g '
+                'memory-intensive vCPUs per core)' % cost.LLC_VCPUS_PER_CORE)
     parts.append('LLC size %s' % text)
     return 'Counter sources: %s.' % '; '.join(parts)
 

@@ -83,6 +83,9 @@ _UNITS_KIB = {
     'tb': 1000 ** 4 / 1024, 't': 1024 ** 3, 'tib': 1024 ** 3,
 }
 
+# An L3 cache bank smaller than this is taken for a misreading.
+MIN_LLC_KIB = 256
+
 _event_loop_lock = threading.Lock()
 _event_loop_thread = None
 
@@ -181,32 +184,45 @@ def parse_capabilities(xml: str, fallback_cpus: int = 0,
     return hypervisor.HostTopology(nodes=ordered, distances=distances)
 
 
-def llc_per_node(root, node_of_cpu: dict) -> dict:
+def llc_per_node(root: ElementTree.Element, node_of_cpu: dict) -> dict:
     """Node id -> MiB of L3 cache, from the capabilities' ``<cache>``
-    banks (``<bank level='3' size='30' unit='MiB' cpus='0-11'/>``; libvirt
-    reads them from sysfs, resctrl or not).
+    banks (``<bank id='0' level='3' size='30' unit='MiB' cpus='0-11'/>``;
+    libvirt reads them from sysfs, resctrl or not).
 
     A bank shared by CPUs of several nodes (sub-NUMA clustering) is split
-    by their CPU counts; one with several banks per node (AMD's CCXs) adds
-    them up. Banks that cannot be read are left out.
+    by their CPU counts. A node with several banks (AMD's CCXs) gets their
+    sum, although a working set only uses its own CCX's: the room the cost
+    model sees there is an upper bound. A bank listed twice counts once;
+    banks that cannot be read, of less than MIN_LLC_KIB or whose CPUs are
+    in no cell are left out (logged at debug level).
     """
     out = {}
+    seen = set()
     for bank in root.findall('./host/cache/bank'):
         if bank.get('level') != '3':
             continue
+        key = (bank.get('id'), bank.get('type'))
         try:
             unit = (bank.get('unit') or 'KiB').lower()
-            mib = int(bank.get('size')) * _UNITS_KIB[unit] / 1024.0
+            if unit not in _UNITS_KIB:
+                raise ValueError('unknown unit %r' % unit)
+            kib = float(int(bank.get('size')) * _UNITS_KIB[unit])
             cpus = parse_set(bank.get('cpus', ''))
-        except (KeyError, TypeError, ValueError):
-            LOG.debug('Ignoring unreadable L3 cache bank %s', bank.attrib)
+        except (OverflowError, TypeError, ValueError) as e:
+            LOG.debug('Ignoring unreadable L3 cache bank %(bank)s: %(e)s',
+                      {'bank': bank.attrib, 'e': e})
             continue
         nodes = [node_of_cpu[cpu] for cpu in cpus if cpu in node_of_cpu]
-        if mib <= 0 or not nodes:
+        if kib < MIN_LLC_KIB or not nodes or key in seen:
+            LOG.debug('Ignoring L3 cache bank %s: %s', bank.attrib,
+                      'listed twice' if key in seen else
+                      'its CPUs are in no cell' if not nodes else
+                      'smaller than %d KiB' % MIN_LLC_KIB)
             continue
+        seen.add(key)
         for node in set(nodes):
-            out[node] = out.get(node, 0.0) + mib * nodes.count(node) / len(
-                nodes)
+            out[node] = out.get(node, 0.0) + kib / 1024.0 * nodes.count(
+                node) / len(nodes)
     return out
 
 

@@ -51,10 +51,11 @@ import dataclasses
 
 SMT_YIELD = 0.3          # a second hardware thread: +30% of a core
 LLC_VCPUS_PER_CORE = 0.4  # memory-intensive working sets an LLC holds
-# The LLC a memory-intensive vCPU's working set takes: the same assumption
-# on the papers' host (18 MB of LLC for 8 cores), for hosts whose LLC size
-# is known (libvirt's capabilities). Per core, LLCs range from under 1 MB
-# to over 4 MB: a constant per core misjudged the LLC's room by up to 4x.
+# The LLC (MiB) a memory-intensive vCPU's working set takes, for hosts
+# whose LLC size is known (libvirt's capabilities): LLC_VCPUS_PER_CORE on
+# the papers' host (18 MiB of LLC for 8 cores). LLCs range from under 1
+# MiB to several MiB per core: a constant per core misjudges the room of
+# most hosts, the smallest several times over.
 WORKING_SET_MB = 18.0 / (8 * LLC_VCPUS_PER_CORE)
 MISS_CYCLES = 50.0       # stall per local LLC miss when not measured
 CORE_CPI = 0.8           # cycles per instruction of a core not stalled
@@ -88,7 +89,7 @@ class HostModel:
               latency_ns=None, matrix_mbps=None,
               llc_mb=None) -> 'HostModel':
         """From the topology: CPUs per node, SLIT, the bandwidth option,
-        the probe's matrix where it was measured, the LLC per node (MB)
+        the probe's matrix where it was measured, the LLC per node (MiB)
         where it is known.
         """
         n = len(cpus)

@@ -129,8 +129,9 @@ class TestOnLibvirt(StatusTestCase):
         self.assertIn('Counter sources: perf events (cycles, instructions, '
                       'LLC) no; stalled-cycles event no (reads 0); resctrl '
                       'memory bandwidth no; node matrix SLIT distances only '
-                      '(no probe); LLC size not listed (the cost model '
-                      'assumes its room per core).', ' '.join(out.split()))
+                      '(no probe); LLC size not listed by libvirt (the cost '
+                      'model assumes 0.4 memory-intensive vCPUs per core).',
+                      ' '.join(out.split()))
 
     def test_json(self):
         # Realistic free memory (the test driver's is in KiB), with room
@@ -178,7 +179,7 @@ class TestOnLibvirt(StatusTestCase):
                          'measured_guests': 0, 'error': None},
              'matrix': {'source': 'slit', 'latency': False,
                         'bandwidth': False, 'topology_file': None},
-             'llc_mb': [None, None]},
+             'llc_mb': [None, None], 'node_cpus': [8, 8]},
             data['sources'])
         self.assertFalse(floating['bandwidth_monitor'])
         self.assertIsNone(floating['bandwidth_bps'])
@@ -395,12 +396,15 @@ class TestOnAFakeHost(StatusTestCase):
     def setUp(self):
         super().setUp()
         self.hv = fakes.FakeHypervisor(nodes=4)
-        self.hv.add('hot', {0: 8 * GIB}, vcpu_node=0,
-                    extra_specs={'numa_overhead:policy': 'local'})
-        self.hv.add('cool', {2: GIB}, vcpu_node=2)
+        self.add_guests()
         self.now = 100.0
         self.flags(group='numa_overhead_agent', rebalance_threshold=3,
                    enforcement='pages')
+
+    def add_guests(self):
+        self.hv.add('hot', {0: 8 * GIB}, vcpu_node=0,
+                    extra_specs={'numa_overhead:policy': 'local'})
+        self.hv.add('cool', {2: GIB}, vcpu_node=2)
 
     def sleep(self, seconds):
         # Memory bound: cycle loss 0.9 (MC level 4), LLC hit rate 0.2.
@@ -514,32 +518,29 @@ class TestOnAFakeHost(StatusTestCase):
                          'measured_guests': 0, 'error': None},
              'matrix': {'source': 'slit', 'latency': False,
                         'bandwidth': False, 'topology_file': None},
-             'llc_mb': [None] * 4},
+             'llc_mb': [None] * 4, 'node_cpus': [8] * 4},
             data['sources'])
         text = ' '.join(status.render(data).split())
         self.assertIn('Counter sources: perf events (cycles, instructions, '
                       'LLC) yes, 2 guests (LLC events on 1); stalled-cycles '
                       'event yes, 1 guest; resctrl memory bandwidth no; node '
                       'matrix SLIT distances only (no probe); LLC size not '
-                      'listed (the cost model assumes its room per core).',
-                      text)
+                      'listed by libvirt (the cost model assumes 0.4 '
+                      'memory-intensive vCPUs per core).', text)
         self.assertNotIn(' mbm ', text)
 
     def test_llc_size_from_the_capabilities(self):
-        topology = self.hv._topology
-        self.hv._topology = dataclasses.replace(topology, nodes=tuple(
-            dataclasses.replace(node, llc_mb=30.0 if node.id else None)
-            for node in topology.nodes))
+        self.hv = fakes.FakeHypervisor(llc_mb=30.0)
+        self.add_guests()
         data = self.collect()
-        self.assertEqual([None, 30.0, 30.0, 30.0],
-                         data['sources']['llc_mb'])
-        self.assertIn('LLC size 30 MiB on 3 of 4 nodes.',
+        self.assertEqual([30.0] * 4, data['sources']['llc_mb'])
+        self.assertIn('LLC size 30 MiB per node.',
                       ' '.join(status.render(data).split()))
-        self.hv._topology = dataclasses.replace(topology, nodes=tuple(
-            dataclasses.replace(node, llc_mb=30.0) for node in
-            topology.nodes))
-        self.assertIn('LLC size 30 MiB per node.', ' '.join(
-            status.render(self.collect()).split()))
+        # Known on some nodes; a node without CPUs has no LLC to count.
+        data['sources']['llc_mb'] = [30.0, None, 24.0, None]
+        data['sources']['node_cpus'] = [8, 8, 8, 0]
+        self.assertIn('LLC size 24/30 MiB on 2 of 3 nodes with CPUs.',
+                      ' '.join(status.render(data).split()))
 
     def monitor(self, per_second):
         """Give 'hot' a resctrl monitor counting ``per_second`` bytes

@@ -155,16 +155,21 @@ class TestParsing(base.TestCase):
         self.assertEqual(2, topo.nodes[0].cores)
 
     def test_capabilities_llc_per_node(self):
-        # Node 0: one 30 MiB bank; node 1: two CCX banks of 16384 KiB;
-        # node 2: half of a bank shared with node 3 (sub-NUMA clusters);
-        # unreadable banks and L2 left out; node 4 lists none.
+        # Node 0: one 30 MiB bank (listed twice: counted once); node 1:
+        # two CCX banks of 16384 KiB; nodes 2 and 3: a 24 MiB bank over
+        # CPUs 4-5 of node 2 and 7 of node 3 (sub-NUMA clusters; CPU 6 is
+        # in no cell), split 2:1;
+        # node 4 lists only unreadable, tiny, L2 or cell-less banks.
         cells = ''.join(
             "<cell id='%d'><memory unit='GiB'>1</memory><cpus num='2'>"
             "<cpu id='%d'/><cpu id='%d'/></cpus></cell>" % (n, 2 * n,
                                                             2 * n + 1)
             for n in range(5))
+        cells = cells.replace("<cpu id='6'/>", "")
         xml = ("<capabilities><host><topology><cells num='5'>%s</cells>"
                "</topology><cache>"
+               "<bank id='0' level='3' type='both' size='30' unit='MiB' "
+               "cpus='0-1'/>"
                "<bank id='0' level='3' type='both' size='30' unit='MiB' "
                "cpus='0-1'/>"
                "<bank id='1' level='3' type='both' size='16384' "
@@ -172,13 +177,18 @@ class TestParsing(base.TestCase):
                "<bank id='2' level='3' type='both' size='16384' "
                "unit='KiB' cpus='3'/>"
                "<bank id='3' level='3' type='both' size='24' unit='MiB' "
-               "cpus='4-7'/>"
+               "cpus='4,5,7,6'/>"
                "<bank id='4' level='3' size='x' unit='MiB' cpus='8'/>"
                "<bank id='5' level='3' size='8' unit='parsecs' cpus='8'/>"
-               "<bank id='6' level='2' size='1' unit='MiB' cpus='8-9'/>"
-               "</cache></host></capabilities>" % cells)
+               "<bank id='6' level='3' size='-8' unit='MiB' cpus='8'/>"
+               "<bank id='7' level='3' size='100' unit='KiB' cpus='8'/>"
+               "<bank id='8' level='3' size='8' unit='MiB'/>"
+               "<bank id='9' level='3' size='8' unit='MiB' cpus='99'/>"
+               "<bank id='10' level='3' size='1%s' unit='MiB' cpus='8'/>"
+               "<bank id='11' level='2' size='1' unit='MiB' cpus='8-9'/>"
+               "</cache></host></capabilities>" % (cells, '0' * 400))
         topo = libvirt_driver.parse_capabilities(xml)
-        self.assertEqual([30.0, 32.0, 12.0, 12.0, None],
+        self.assertEqual([30.0, 32.0, 16.0, 8.0, None],
                          [node.llc_mb for node in topo.nodes])
         # Without banks: unknown.
         topo = libvirt_driver.parse_capabilities(xml.split('<cache>')[0] +

@@ -96,6 +96,16 @@ class OptimizerTestCase(test_agent.AgentTestCase):
 
 class TestPlan(OptimizerTestCase):
 
+    def test_the_llc_room_follows_its_size(self):
+        # The topology's LLC sizes reach the cost model; unknown, the
+        # per-core rule.
+        self.assertEqual((8 * cost.LLC_VCPUS_PER_CORE,) * 2,
+                         self.make_agent().optimizer.host_model().llc_room)
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB,
+                                       llc_mb=9.0)
+        self.assertEqual((9.0 / cost.WORKING_SET_MB,) * 2,
+                         self.make_agent().optimizer.host_model().llc_room)
+
     def test_cheap_move_with_a_big_gain_is_planned(self):
         # Its memory is on node 1: its vCPUs go there, no page moves.
         self.remote()
