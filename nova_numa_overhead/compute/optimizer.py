@@ -636,7 +636,10 @@ class Optimizer:
         """Node sets the guest could move to: single nodes; for a guest of
         more than one vCPU also each node with its nearest neighbour, and
         the nearest larger sets where one node's CPUs are too few (pairs
-        only where one node is too small was measured: worse).
+        only where one node is too small was measured: worse); for any
+        guest, the nearest sets as large as its memory (with
+        ``reserve_mb``) needs nodes of the smallest size (without them a
+        guest larger than a node could never move with its memory).
         """
         topology = self.agent.topology
         nova_nodes = set(self.agent.nova_allowed.get(domain.name, ()) or
@@ -648,9 +651,14 @@ class Optimizer:
         sets = [(n,) for n in nodes]
         need = max(1, math.ceil(domain.vcpus / max(min(
             model.threads[n] for n in nodes), 1))) if nodes else 1
-        if domain.vcpus > 1:
+        smallest = min((topology.nodes[n].memory_mb for n in nodes),
+                       default=0)
+        need_mb = math.ceil((domain.memory_mb + self.opts.reserve_mb) /
+                            smallest) if smallest > 0 else 1
+        if domain.vcpus > 1 or need_mb > 1:
             dist = topology.distances
-            for k in range(2, min(max(2, need), len(nodes)) + 1):
+            top = max(2, need, need_mb) if domain.vcpus > 1 else need_mb
+            for k in range(2, min(top, len(nodes)) + 1):
                 for seed in nodes:
                     near = sorted((n for n in nodes if n != seed),
                                   key=lambda n: (dist[seed][n], n))
