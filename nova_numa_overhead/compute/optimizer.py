@@ -636,10 +636,10 @@ class Optimizer:
         """Node sets the guest could move to: single nodes; for a guest of
         more than one vCPU also each node with its nearest neighbour, and
         the nearest larger sets where one node's CPUs are too few (pairs
-        only where one node is too small was measured: worse); for any
-        guest, the nearest sets as large as its memory (with
-        ``reserve_mb``) needs nodes of the smallest size (without them a
-        guest larger than a node could never move with its memory).
+        only where one node is too small was measured: worse); for a
+        guest whose memory (with ``reserve_mb``) no allowed node holds,
+        the nearest sets large enough to (without them it could never
+        move with its memory).
         """
         topology = self.agent.topology
         nova_nodes = set(self.agent.nova_allowed.get(domain.name, ()) or
@@ -651,14 +651,21 @@ class Optimizer:
         sets = [(n,) for n in nodes]
         need = max(1, math.ceil(domain.vcpus / max(min(
             model.threads[n] for n in nodes), 1))) if nodes else 1
-        smallest = min((topology.nodes[n].memory_mb for n in nodes),
-                       default=0)
-        need_mb = math.ceil((domain.memory_mb + self.opts.reserve_mb) /
-                            smallest) if smallest > 0 else 1
-        if domain.vcpus > 1 or need_mb > 1:
+        sizes = set()
+        if domain.vcpus > 1:
+            sizes.update(range(2, max(2, need) + 1))
+        # Sized by its memory: from as few of the largest nodes as could
+        # hold it (smaller sets never have room) to as many of the
+        # smallest (nodes with CPUs and memory that Nova allows it).
+        memory = sorted(topology.nodes[n].memory_mb for n in nodes
+                        if topology.nodes[n].memory_mb > 0)
+        if memory:
+            want = domain.memory_mb + self.opts.reserve_mb
+            sizes.update(range(max(2, math.ceil(want / memory[-1])),
+                               math.ceil(want / memory[0]) + 1))
+        if sizes:
             dist = topology.distances
-            top = max(2, need, need_mb) if domain.vcpus > 1 else need_mb
-            for k in range(2, min(top, len(nodes)) + 1):
+            for k in sorted(n for n in sizes if n <= len(nodes)):
                 for seed in nodes:
                     near = sorted((n for n in nodes if n != seed),
                                   key=lambda n: (dist[seed][n], n))
