@@ -107,7 +107,11 @@ class TestMover(base.TestCase):
         # What did not move is still where it was.
         where = helper.nodes_mb()
         self.assertEqual(32, where.get(0, 0) + where.get(3, 0))
-        self.assertEqual(result['moved'] / 256, where.get(3, 0))
+        # Within a few pages: a CI run once found one 4 KiB page more on
+        # node 3 than move_pages reported moved (it reclaims and retries
+        # on a nearly full node).
+        self.assertAlmostEqual(result['moved'] / 256, where.get(3, 0),
+                               delta=4 / 256)
 
     def test_node_without_memory_or_outside_is_counted(self):
         helper = self.useFixture(base.HelperFixture([(0, 4)],
