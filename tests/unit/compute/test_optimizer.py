@@ -1647,27 +1647,26 @@ class TestSettle(OptimizerTestCase):
         self.assertIsNone(agent.optimizer.changed_at)
         self.assertEqual(0, agent.optimizer.settle_left(self.clock.now))
 
-    def test_a_first_listing_that_fails_is_no_change(self):
-        # The hypervisor is down at the agent's first cycle: the guests it
-        # lists once it is back are still the ones found at start.
+    def outage_after(self, cycles):
+        """The hypervisor down for one cycle after ``cycles`` sampled,
+        then back with the same guests: no change for the optimizer.
+        """
         self.remote()
-        agent = self.make_agent()
-        self.hv.down = True
-        self.clock.now += 1
-        self.assertFalse(agent.cycle())
-        self.hv.down = False
-        self.sample(agent, 1)
-        self.assertIsNone(agent.optimizer.changed_at)
-
-    def test_an_outage_with_the_same_guests_is_no_change(self):
-        self.remote()
-        agent = self.start(cycles=2)
+        agent = self.start(cycles=cycles)
         self.hv.down = True
         self.clock.now += 1
         self.assertFalse(agent.cycle())
         self.hv.down = False
         self.sample(agent, 2)
         self.assertIsNone(agent.optimizer.changed_at)
+
+    def test_a_first_listing_that_fails_is_no_change(self):
+        # Down at the agent's first cycle: the guests it lists once it is
+        # back are still the ones found at start.
+        self.outage_after(0)
+
+    def test_an_outage_with_the_same_guests_is_no_change(self):
+        self.outage_after(2)
 
     def test_a_guest_resuming_through_an_event_starts_the_wait(self):
         # As at the end of an incoming live migration, or a failed
