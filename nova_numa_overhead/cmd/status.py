@@ -189,6 +189,9 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
     def vcpu_cpus(self, domain):
         return self._read(self.hv.vcpu_cpus, domain)
 
+    def vcpu_affinity(self, domain):
+        return self._read(self.hv.vcpu_affinity, domain)
+
     def memory_per_node(self, domain):
         return self._read(self.hv.memory_per_node, domain)
 

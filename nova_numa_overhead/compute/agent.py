@@ -816,7 +816,8 @@ class Agent:
             decision = self.placer.place(
                 domain, self.host_view(without=domain.name),
                 state.cpu if state else {},
-                dict(state.memory_mb) if state else {})
+                dict(state.memory_mb) if state else {},
+                reach=self.vcpu_reach(domain))
         except hv_mod.DomainGone:
             return None
         except hv_mod.HypervisorUnavailable:
@@ -849,6 +850,23 @@ class Agent:
         if decision.action != 'skipped':
             self.notify('numa_overhead.placement', decision.payload())
         return decision
+
+    def vcpu_reach(self, domain) -> set | None:
+        """Nodes whose CPUs the guest's vCPUs may run on now (their
+        affinity), or None when libvirt does not say.
+        """
+        # CPUs the topology does not list (offline ones in libvirt's maps)
+        # are not somewhere the vCPUs can run.
+        node_of = self.topology.node_of_cpu()
+        try:
+            cpus = self.hv.vcpu_affinity(domain)
+            return {node_of[c] for c in cpus or () if c in node_of} or None
+        except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
+            raise
+        except Exception as exc:
+            LOG.debug('vCPU affinity of %(guest)s unknown: %(error)s',
+                      {'guest': domain.name, 'error': exc})
+            return None
 
     def _judge_placement(self, domain, cpu, before, shares):
         """The optimizer's verdict on a plan; its failure leaves the

@@ -226,6 +226,14 @@ class Hypervisor(metaclass=abc.ABCMeta):
     def vcpu_cpus(self, domain: DomainInfo) -> list:
         """Host CPU each vCPU last ran on (-1 when unknown)."""
 
+    def vcpu_affinity(self, domain: DomainInfo) -> tuple | None:
+        """Host CPUs the domain's vCPUs may run on (the union of their
+        affinities), sorted; None when unknown.
+
+        Optional: this default says unknown.
+        """
+        return None
+
     @abc.abstractmethod
     def memory_per_node(self, domain: DomainInfo) -> dict:
         """Node id -> MiB of the domain's memory on that node."""

@@ -955,6 +955,18 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             info, _maps = dom.vcpus()
         return [cpu for _n, _state, _time, cpu in sorted(info)]
 
+    def vcpu_affinity(self, domain: hypervisor.DomainInfo) -> tuple | None:
+        """Host CPUs any vCPU may run on, from the affinity maps libvirt
+        gives with ``virDomainGetVcpus``; None when it gives none.
+        """
+        dom = self._lookup(domain)
+        with self._errors('vcpus of %s' % domain.name, dom):
+            _info, maps = dom.vcpus()
+        cpus = set()
+        for cpumap in maps or ():
+            cpus.update(i for i, usable in enumerate(cpumap) if usable)
+        return tuple(sorted(cpus)) or None
+
     def memory_per_node(self, domain: hypervisor.DomainInfo) -> dict:
         """MiB of the domain per node, measured from the QEMU process.
 

@@ -199,6 +199,15 @@ class SimHypervisor(hv_mod.Hypervisor):
         guest = self._guest(domain)
         return vcpu_cpus(guest, self._topology)
 
+    def vcpu_affinity(self, domain):
+        # Every CPU for vCPUs the kernel places; else those of the nodes
+        # they are kept on (by the scenario or pin_vcpus: nodes, not
+        # single CPUs, are what the simulated host tracks).
+        guest = self._guest(domain)
+        nodes = range(self.host.spec.size) if guest.floating else \
+            sorted(n for n, f in guest.cpu.items() if f > 0)
+        return tuple(c for n in nodes for c in self._topology.nodes[n].cpus)
+
     def memory_per_node(self, domain):
         guest = self._guest(domain)
         return {n: int(mb) for n, mb in self.host.pages(guest).items()

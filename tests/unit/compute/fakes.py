@@ -38,6 +38,8 @@ class FakeHypervisor(hv_mod.Hypervisor):
         self.nodesets = {}
         self.moves = []
         self.pins = {}
+        # name -> CPUs its vCPUs may run on (vcpu_affinity); unset: unknown.
+        self.affinity = {}
         self.enabled = set()
         self.down = False
         self.vanish_on = None  # (method, name): DomainGone once
@@ -141,6 +143,10 @@ class FakeHypervisor(hv_mod.Hypervisor):
     def vcpu_cpus(self, domain):
         self._check('vcpu_cpus', domain)
         return list(self.vcpus[domain.name])
+
+    def vcpu_affinity(self, domain):
+        self._check('vcpu_affinity', domain)
+        return self.affinity.get(domain.name)
 
     def memory_per_node(self, domain):
         self._check('memory_per_node', domain)

@@ -691,6 +691,83 @@ class TestLocalPlacement(AgentTestCase):
                       ('restricted', 'moved'))
         self.assertIn(0, self.hv.nodesets['new'])
 
+    def floating(self, affinity, memory=None, vcpus=2):
+        """A 4 GiB guest starting with its vCPUs on node 1 (of 2) and
+        ``memory`` touched (1 GiB on node 1), its vCPUs' affinity
+        ``affinity`` (CPUs; None: unknown).
+        """
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('new', memory or {1: GIB}, vcpu_node=1,
+                    memory_mb=4 * GIB, vcpus=vcpus)
+        if affinity is not None:
+            self.hv.affinity['new'] = affinity
+        self.clock.now += 1
+        agent.cycle()
+        return agent.decisions['new']
+
+    def test_a_floating_guest_already_local_is_left_to_the_kernel(self):
+        # Its vCPUs may run on both nodes: confining its memory to node 1
+        # would move nothing and keep it from vCPUs the kernel moves.
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        decision = self.floating(cpus)
+        self.assertEqual('skipped', decision.action)
+        self.assertIn('its vCPUs may run on nodes 0,1, beyond the plan\'s '
+                      '1', decision.reason)
+        self.assertIn('not confined', decision.reason)
+        self.assertNotIn('new', self.hv.nodesets)
+        self.assertEqual([], [m for m in self.hv.moves if m[0] == 'new'])
+        self.assertNotIn('new', self.make_agent().restrictions)
+
+    def test_a_guest_confined_to_its_node_is_placed(self):
+        # Its vCPUs may only run on node 1 (CPUs the topology does not
+        # list do not count), or the hypervisor does not say: the
+        # paper's placement, as before.
+        node1 = fakes.FakeHypervisor(nodes=2).topology().nodes[1].cpus
+        for affinity in (node1, None, (), (node1[0], 999)):
+            decision = self.floating(affinity)
+            self.assertIn(decision.action, ('restricted', 'moved'),
+                          (affinity, decision.reason))
+            self.assertEqual((1,), self.hv.nodesets['new'])
+
+    def test_a_floating_guest_with_memory_elsewhere_is_placed(self):
+        # Half of its memory on node 0: the plan moves it.
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        decision = self.floating(cpus, memory={0: GIB, 1: GIB})
+        self.assertEqual('moved', decision.action, decision.reason)
+        self.assertEqual((1,), self.hv.nodesets['new'])
+        # A few MiB elsewhere (QEMU's, before the agent saw it) are not.
+        decision = self.floating(cpus, memory={0: 100, 1: GIB})
+        self.assertEqual('skipped', decision.action, decision.reason)
+
+    def test_an_affinity_that_cannot_be_read_is_unknown(self):
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        for bad in (hv_mod.HypervisorError('no'), TypeError('odd')):
+            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+            agent = self.make_agent()
+            agent.cycle()
+            self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+            self.hv.affinity['new'] = cpus
+            self.useFixture(fixtures.MockPatchObject(
+                self.hv, 'vcpu_affinity', side_effect=bad))
+            self.clock.now += 1
+            agent.cycle()
+            self.assertEqual((1,), self.hv.nodesets['new'])
+        # Not a list of CPUs at all: unknown too.
+        self.hv.affinity['other'] = 42
+        self.hv.add('other', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+        self.useFixture(fixtures.MockPatchObject(
+            self.hv, 'vcpu_affinity', return_value=42))
+        self.assertIsNone(agent.vcpu_reach(self.hv.guests['other']))
+
+    def test_advice_for_a_floating_guest_is_none(self):
+        self.flags(group='numa_overhead_agent', enforcement='advisory')
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        decision = self.floating(cpus)
+        self.assertEqual('skipped', decision.action)
+        self.assertIn('not confined', decision.reason)
+
     def test_a_flavor_policy_is_the_flavors(self):
         # numa_overhead:policy set by the flavor: its policy over every
         # node Nova allows, as the schedulers plan it.

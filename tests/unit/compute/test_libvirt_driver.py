@@ -556,6 +556,25 @@ class TestActions(LibvirtDriverTestCase):
         expected = tuple(i in (2, 3) for i in range(len(maps[0])))
         self.assertEqual([expected, expected], maps)
 
+    def test_vcpu_affinity(self):
+        dom = self._define(vcpus=2)
+        info = self._info(dom)
+        # The test driver's vCPUs may run on any of its CPUs at first.
+        _info, maps = dom.vcpus()
+        self.assertEqual(tuple(range(len(maps[0]))),
+                         self.hv.vcpu_affinity(info))
+        self.hv.pin_vcpus(info, [2, 3])
+        self.assertEqual((2, 3), self.hv.vcpu_affinity(info))
+        dom.pinVcpu(1, tuple(i == 5 for i in range(len(maps[0]))))
+        self.assertEqual((2, 3, 5), self.hv.vcpu_affinity(info))
+
+    def test_vcpu_affinity_without_maps_is_unknown(self):
+        dom = self._define()
+        self.useFixture(fixtures.MockPatchObject(
+            libvirt.virDomain, 'vcpus', autospec=True,
+            return_value=([], [])))
+        self.assertIsNone(self.hv.vcpu_affinity(self._info(dom)))
+
     def test_pin_vcpus_refusals(self):
         info = self._info(self._define())
         self.assertRaises(hypervisor.HypervisorError,
@@ -976,6 +995,8 @@ class TestErrors(LibvirtDriverTestCase):
         dom.destroy()
         dom.undefine()
         self.assertRaises(hypervisor.DomainGone, self.hv.vcpu_cpus, info)
+        self.assertRaises(hypervisor.DomainGone, self.hv.vcpu_affinity,
+                          info)
         self.assertRaises(hypervisor.DomainGone, self.hv.set_nodeset, info,
                           [0])
         self.assertRaises(hypervisor.DomainGone, self.hv.enable_counters,

@@ -111,3 +111,27 @@ class TestResctrl(testtools.TestCase):
         # The last second's traffic of its node-1 vCPUs, in bytes/s.
         truth = hv._truth['split'][3] * model.CACHE_LINE / 2
         self.assertAlmostEqual(1.0, total / truth, delta=0.15)
+
+
+class TestAffinity(testtools.TestCase):
+
+    def test_vcpu_affinity_is_where_the_vcpus_may_run(self):
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        hv = backend.SimHypervisor(host)
+        pinned = guest('pinned', {1: 1.0}, 1)
+        floating = guest('floating', {2: 1.0}, 2)
+        floating.floating = True
+        for g in (pinned, floating):
+            hv.start(g, preallocate=True)
+        domains = {d.name: d for d in hv.domains()}
+        cpus = {n.id: n.cpus for n in hv.topology().nodes}
+        # Kept on its node (as in the papers): that node's CPUs.
+        self.assertEqual(tuple(cpus[1]),
+                         hv.vcpu_affinity(domains['pinned']))
+        # Placed by the kernel: every CPU of the host.
+        self.assertEqual(tuple(c for n in sorted(cpus) for c in cpus[n]),
+                         hv.vcpu_affinity(domains['floating']))
+        # Pinned by the agent: the nodes of the CPUs it gave.
+        hv.pin_vcpus(domains['floating'], cpus[3][:2])
+        self.assertEqual(tuple(cpus[3]),
+                         hv.vcpu_affinity(domains['floating']))
