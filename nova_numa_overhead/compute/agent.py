@@ -51,6 +51,7 @@ being placed counts as free, and applies what they return.
 import collections
 import dataclasses
 import errno
+import functools
 import threading
 import time
 import uuid
@@ -810,6 +811,12 @@ class Agent:
 
     def place(self, domain: hv_mod.DomainInfo) -> placer_mod.Decision:
         state = self.collector.guests.get(domain.name)
+        # A guest whose live nodeset is narrower than Nova's was confined
+        # by the agent (before it restarted): placed as it was, not left to
+        # the kernel with its nodeset still in force.
+        every = set(range(self.topology.size))
+        nova = set(self.nova_allowed.get(domain.name) or every)
+        confined = (set(domain.allowed_nodes) or every) < nova
         domain = self.as_nova_placed(domain)
         error = None
         try:
@@ -817,7 +824,8 @@ class Agent:
                 domain, self.host_view(without=domain.name),
                 state.cpu if state else {},
                 dict(state.memory_mb) if state else {},
-                reach=self.vcpu_reach(domain))
+                reach=None if confined else
+                functools.partial(self.vcpu_reach, domain))
         except hv_mod.DomainGone:
             return None
         except hv_mod.HypervisorUnavailable:
@@ -858,15 +866,23 @@ class Agent:
         # CPUs the topology does not list (offline ones in libvirt's maps)
         # are not somewhere the vCPUs can run.
         node_of = self.topology.node_of_cpu()
+        error = None
         try:
             cpus = self.hv.vcpu_affinity(domain)
             return {node_of[c] for c in cpus or () if c in node_of} or None
         except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
             raise
         except Exception as exc:
-            LOG.debug('vCPU affinity of %(guest)s unknown: %(error)s',
-                      {'guest': domain.name, 'error': exc})
-            return None
+            error = exc
+        # Logged outside the except clause (see cycle()); once per kind.
+        kind = error_kind(error)
+        log = LOG.debug if ('affinity', kind) in self._warned \
+            else LOG.warning
+        self._warned.add(('affinity', kind))
+        log('Could not read the vCPU affinity of %(guest)s, placed as if '
+            'its vCPUs stayed where they run (%(kind)s: %(error)s)',
+            {'guest': domain.name, 'kind': kind, 'error': error})
+        return None
 
     def _judge_placement(self, domain, cpu, before, shares):
         """The optimizer's verdict on a plan; its failure leaves the

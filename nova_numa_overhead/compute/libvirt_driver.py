@@ -960,7 +960,7 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         gives with ``virDomainGetVcpus``; None when it gives none.
         """
         dom = self._lookup(domain)
-        with self._errors('vcpus of %s' % domain.name, dom):
+        with self._errors('vCPU affinity of %s' % domain.name, dom):
             _info, maps = dom.vcpus()
         cpus = set()
         for cpumap in maps or ():

@@ -63,9 +63,11 @@ LOG = logging.getLogger(__name__)
 
 # Levels by which moving a guest's vCPUs must beat keeping them.
 COLOCATE_MARGIN = 1
-# Share of a guest's memory outside its plan's nodes that still counts as
-# where the plan puts it (what QEMU touched before the agent saw it).
+# Memory outside a plan's nodes that still counts as where the plan puts
+# it (what QEMU touched before the agent saw the guest): this share of the
+# memory touched, or this many MiB.
 OUTSIDE = 0.05
+OUTSIDE_MB = 128
 OFF = 'off'
 ADVISORY = 'advisory'
 NODESET = 'nodeset'
@@ -114,18 +116,19 @@ def guest_policy(domain: hv_mod.DomainInfo, managed: str,
     return policy, ''
 
 
-def _left_to_kernel(reach, shares, before, mb) -> bool:
+def _left_to_kernel(reach, shares, before) -> bool:
     """Whether a plan on the nodes the guest's vCPUs run on is better left
     undone: its vCPUs may run beyond those nodes (``reach``) and its memory
-    is already there (at most OUTSIDE of it elsewhere: a guest just
-    started). Confining the memory would move nothing now, and would keep
-    it away from vCPUs that the kernel moves to other nodes (its NUMA
-    balancing brings the pages after them).
+    is already there (OUTSIDE of what it touched or OUTSIDE_MB elsewhere
+    at most: a guest just started). Confining the memory would move next
+    to nothing now, and would keep it away from vCPUs that the kernel's
+    scheduler moves to other nodes (first touch, and NUMA balancing where
+    it is on, bring pages after them).
     """
     if not reach or set(reach) <= set(shares):
         return False
     outside = sum(v for n, v in before.items() if n not in shares)
-    return outside <= OUTSIDE * mb
+    return outside <= max(OUTSIDE * sum(before.values()), OUTSIDE_MB)
 
 
 def _nodes(nodes) -> str:
@@ -249,8 +252,9 @@ class Placer:
             room check reads it as it is.
         :param cpu: node -> fraction of the guest's vCPUs.
         :param before: node -> MiB of the guest's memory now.
-        :param reach: nodes whose CPUs its vCPUs may run on (their
-            affinity), None when unknown.
+        :param reach: a callable giving the nodes whose CPUs its vCPUs
+            may run on (their affinity), None when unknown; called only
+            where the answer matters.
         """
         policy, why = guest_policy(domain, self.managed,
                                    self.default_policy,
@@ -300,15 +304,16 @@ class Placer:
                             plan=dict(plan.shares), before=dict(before),
                             overhead=plan.overhead)
         moves_vcpus = follow and here != plan.local
-        if local_only and not moves_vcpus and \
-                _left_to_kernel(reach, plan.shares, before, mb):
+        floats = reach() if reach is not None and local_only and \
+            not moves_vcpus else None
+        if _left_to_kernel(floats, plan.shares, before):
             decision.action = 'skipped'
-            decision.reason = (
-                'its vCPUs may run on nodes %s, beyond the plan\'s %s, and '
-                'its memory is where the plan puts it: not confined, so '
-                'that the kernel keeps its pages near its vCPUs (the '
-                'optimizer moves both together where that pays)' % (
-                    _nodes(reach), _nodes(plan.shares)))
+            decision.reason += (
+                ': its vCPUs may run on nodes %s, beyond the plan\'s nodes '
+                '%s, and its memory is already there: not confined, so that '
+                'the kernel keeps its pages near its vCPUs (the optimizer '
+                'moves both together where that pays)' % (
+                    _nodes(floats), _nodes(plan.shares)))
             return decision
         if self.enforcement in (OFF, ADVISORY):
             decision.moves = moves_towards(before, plan.shares)

@@ -713,8 +713,9 @@ class TestLocalPlacement(AgentTestCase):
         cpus = tuple(self.hv.topology().node_of_cpu())
         decision = self.floating(cpus)
         self.assertEqual('skipped', decision.action)
-        self.assertIn('its vCPUs may run on nodes 0,1, beyond the plan\'s '
-                      '1', decision.reason)
+        self.assertIn('policy proportional, max_nodes 4: its vCPUs may run '
+                      'on nodes 0,1, beyond the plan\'s nodes 1,',
+                      decision.reason)
         self.assertIn('not confined', decision.reason)
         self.assertNotIn('new', self.hv.nodesets)
         self.assertEqual([], [m for m in self.hv.moves if m[0] == 'new'])
@@ -740,6 +741,68 @@ class TestLocalPlacement(AgentTestCase):
         # A few MiB elsewhere (QEMU's, before the agent saw it) are not.
         decision = self.floating(cpus, memory={0: 100, 1: GIB})
         self.assertEqual('skipped', decision.action, decision.reason)
+        # All it touched so far elsewhere is, small as it is.
+        decision = self.floating(cpus, memory={0: 150})
+        self.assertEqual('moved', decision.action, decision.reason)
+
+    def test_the_rule_is_the_local_first_placements_only(self):
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        # The paper's placement (remote_placement), and the flavor's own
+        # policies, confine as before.
+        self.flags(group='numa_overhead_agent', remote_placement=True)
+        decision = self.floating(cpus)
+        self.assertIn(decision.action, ('restricted', 'moved'),
+                      decision.reason)
+        self.flags(group='numa_overhead_agent', remote_placement=False)
+        for policy in ('spread', 'local'):
+            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+            agent = self.make_agent()
+            agent.cycle()
+            self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB,
+                        extra_specs={'numa_overhead:policy': policy})
+            self.hv.affinity['new'] = cpus
+            self.clock.now += 1
+            agent.cycle()
+            decision = agent.decisions['new']
+            self.assertIn(decision.action, ('restricted', 'moved'),
+                          (policy, decision.reason))
+
+    def test_the_affinity_is_read_only_where_it_matters(self):
+        # Not for the paper's placement, nor for a guest left alone.
+        self.flags(group='numa_overhead_agent', remote_placement=True)
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        read = self.useFixture(fixtures.MockPatchObject(
+            self.hv, 'vcpu_affinity', return_value=None)).mock
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+        self.hv.add('pinned', {1: GIB}, vcpu_node=1, pinned=True)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual([], read.call_args_list)
+        # The local first placement of a guest the agent has not confined
+        # (the first agent did confine 'new'): read once.
+        self.flags(group='numa_overhead_agent', remote_placement=False)
+        self.hv.add('fresh', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertEqual(['fresh'],
+                         [c.args[0].name for c in read.call_args_list])
+
+    def test_a_guest_the_agent_confined_before_stays_confined(self):
+        # Placed by an agent that could not read the affinity, then the
+        # agent restarts: its nodeset is in force, it is placed as before
+        # (not called unconfined with a nodeset still on).
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        decision = self.floating(None)
+        self.assertEqual((1,), self.hv.nodesets['new'])
+        self.hv.affinity['new'] = cpus
+        agent = self.make_agent()
+        agent.cycle()
+        decision = agent.decisions['new']
+        self.assertIn(decision.action, ('restricted', 'moved'),
+                      decision.reason)
+        self.assertEqual((1,), self.hv.nodesets['new'])
 
     def test_an_affinity_that_cannot_be_read_is_unknown(self):
         cpus = tuple(self.hv.topology().node_of_cpu())
@@ -755,11 +818,32 @@ class TestLocalPlacement(AgentTestCase):
             agent.cycle()
             self.assertEqual((1,), self.hv.nodesets['new'])
         # Not a list of CPUs at all: unknown too.
-        self.hv.affinity['other'] = 42
         self.hv.add('other', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
         self.useFixture(fixtures.MockPatchObject(
             self.hv, 'vcpu_affinity', return_value=42))
         self.assertIsNone(agent.vcpu_reach(self.hv.guests['other']))
+
+    def test_a_guest_gone_or_libvirt_down_while_reading_it(self):
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+        self.hv.affinity['new'] = cpus
+        # Gone: no decision, nothing confined, the cycle goes on.
+        self.hv.vanish_on = ('vcpu_affinity', 'new')
+        self.clock.now += 1
+        self.assertTrue(agent.cycle())
+        self.assertNotIn('new', agent.decisions)
+        self.assertNotIn('new', self.hv.nodesets)
+        # libvirt down: the cycle stops there, as for any other call.
+        self.hv.add('other', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+        self.useFixture(fixtures.MockPatchObject(
+            self.hv, 'vcpu_affinity', side_effect=hv_mod.HypervisorUnavailable(
+                'closed')))
+        self.clock.now += 1
+        self.assertFalse(agent.cycle())
+        self.assertNotIn('other', agent.decisions)
 
     def test_advice_for_a_floating_guest_is_none(self):
         self.flags(group='numa_overhead_agent', enforcement='advisory')
@@ -1105,6 +1189,27 @@ class TestColocation(AgentTestCase):
         pins = self.hv.pins[name]
         self.assertNotIn(name, agent.colocate())
         self.assertEqual(pins, self.hv.pins[name])
+
+    def test_a_floating_guest_left_to_the_kernel_is_moved_all_the_same(
+            self):
+        # Its vCPUs floating, the first placement leaves it unconfined; a
+        # colocation move takes vCPUs and memory to another node.
+        self.flags(group='numa_overhead_agent', colocate_vcpus=True,
+                   remote_placement=False)
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        for name in ('a', 'b'):
+            self.hv.affinity[name] = cpus
+        agent = self.make_agent()
+        self.crowd_node_0(agent)
+        for name in ('a', 'b'):
+            self.assertEqual('skipped', agent.decisions[name].action)
+            self.assertNotIn(name, self.hv.nodesets)
+        moved = agent.colocate()
+        self.assertEqual(1, len(moved))
+        name = moved[0]
+        node = self.hv.pins[name][0] // 8
+        self.assertNotEqual(0, node)
+        self.assertEqual((node,), self.hv.nodesets[name])
 
     def test_local_move_needs_room_for_the_reserve(self):
         # Nodes 1-3 hold the 4 GiB guests but only node 3 holds 1 GiB of

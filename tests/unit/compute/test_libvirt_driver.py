@@ -1010,6 +1010,8 @@ class TestErrors(LibvirtDriverTestCase):
         info = self._info(dom)
         dom.destroy()
         self.assertRaises(hypervisor.DomainGone, self.hv.vcpu_cpus, info)
+        self.assertRaises(hypervisor.DomainGone, self.hv.vcpu_affinity,
+                          info)
         self.assertRaises(hypervisor.DomainGone, self.hv.set_nodeset, info,
                           [0])
         self.assertRaises(hypervisor.DomainGone, self.hv.enable_counters,
