@@ -182,6 +182,13 @@ class TestNovaFloatingGuest(LibvirtTestCase, tests_base.TestCase):
     def test_placed_restricted_repeatedly_and_again_after_restart(self):
         # One guest for all of it: a QEMU start costs minutes under TCG.
         dom = self.start_guest()
+        # Its vCPUs float over every node (no <vcpu cpuset>): the affinity
+        # libvirt gives spans the host (what the default first placement
+        # reads to leave such a guest to the kernel).
+        topology = self.hv.topology()
+        self.assertEqual(
+            tuple(sorted(c for n in topology.nodes for c in n.cpus)),
+            self.hv.vcpu_affinity(self.info(dom)))
         agent = self.make_agent()
         self.hv.register_lifecycle(agent.on_lifecycle)
         self.assertTrue(agent.cycle())
@@ -208,6 +215,9 @@ class TestNovaFloatingGuest(LibvirtTestCase, tests_base.TestCase):
         decision = agent.decisions[dom.name()]
         again = self.check_placed(dom, decision)
         self.assertNotEqual(info.pid, again.pid)
+        # Every node with CPUs (nodes 2 and 3 have none here).
+        self.assertEqual({n.id for n in topology.nodes if n.cpus},
+                         agent.vcpu_reach(again))
 
 
 class TestLibvirtLiveNumatune(LibvirtTestCase):
