@@ -219,6 +219,37 @@ class TestNovaFloatingGuest(LibvirtTestCase, tests_base.TestCase):
         self.assertEqual({n.id for n in topology.nodes if n.cpus},
                          agent.vcpu_reach(again))
 
+    def test_default_first_placement_of_a_floating_guest(self):
+        # The default policy and first placement: a guest whose vCPUs may
+        # run on both nodes with CPUs is left to the kernel when what it
+        # touched is on its vCPUs' node already, or is QEMU's own (142 MiB
+        # on the emulator thread's node when measured, started paused,
+        # within placer.OUTSIDE_MB); else its memory goes there as before.
+        dom = self.start_guest(extra_specs={'hw:cpu_policy': 'shared'})
+        self.flags(group='numa_overhead_agent', enforcement='pages',
+                   reserve_mb=16, migrate_rate_mb_per_s=0)
+        agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm')
+        self.assertTrue(agent.cycle())
+        decision = agent.decisions[dom.name()]
+        info = self.info(dom)
+        if decision.action == 'skipped':
+            self.assertIn('not confined', decision.reason)
+            self.assertEqual((), info.allowed_nodes)
+            self.assertEqual({}, self.narrowed(info))
+        else:
+            self.assertIn(decision.action, ('restricted', 'moved'),
+                          decision)
+            self.assertEqual(1, len(decision.plan), decision)
+            self.assertEqual(tuple(decision.plan), info.allowed_nodes)
+
+    def narrowed(self, info) -> dict:
+        """Threads of the guest whose cpuset.mems is narrower than the
+        host's memory nodes.
+        """
+        every = tuple(range(self.hv.topology().size))
+        return {name: mems for name, mems in self.thread_mems(info.pid)
+                if mems and tuple(mems) != every}
+
 
 class TestLibvirtLiveNumatune(LibvirtTestCase):
     """What libvirt itself allows live (the facts the design rests on)."""

@@ -738,11 +738,18 @@ class TestLocalPlacement(AgentTestCase):
         decision = self.floating(cpus, memory={0: GIB, 1: GIB})
         self.assertEqual('moved', decision.action, decision.reason)
         self.assertEqual((1,), self.hv.nodesets['new'])
-        # A few MiB elsewhere (QEMU's, before the agent saw it) are not.
-        decision = self.floating(cpus, memory={0: 100, 1: GIB})
+        # QEMU's own (before the agent saw it) is not: 5% of what it
+        # touched, or 256 MiB.
+        decision = self.floating(cpus, memory={0: 200, 1: GIB})
         self.assertEqual('skipped', decision.action, decision.reason)
-        # All it touched so far elsewhere is, small as it is.
-        decision = self.floating(cpus, memory={0: 150})
+        self.assertIn('already there (but 200 MiB, QEMU\'s own at start)',
+                      decision.reason)
+        decision = self.floating(cpus, memory={0: 200})
+        self.assertEqual('skipped', decision.action, decision.reason)
+        decision = self.floating(cpus, memory={0: 300, 1: 7 * GIB})
+        self.assertEqual('skipped', decision.action, decision.reason)
+        # More than that elsewhere is moved, small as it is.
+        decision = self.floating(cpus, memory={0: 300})
         self.assertEqual('moved', decision.action, decision.reason)
 
     def test_the_rule_is_the_local_first_placements_only(self):
