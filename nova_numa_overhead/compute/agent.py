@@ -155,6 +155,9 @@ class Agent:
         # the host as the agent found it, not guests starting.
         self._listed = False
         self.pending: set = set()
+        # Of those, the guests whose last event was 'started' (a new QEMU,
+        # not one resumed after a pause or a migration).
+        self.fresh: set = set()
         # What Nova allowed each guest (nodes, CPUs; () = all), and the
         # agent's own restriction in force (nodes, CPUs; () = none).
         self.nova_allowed: dict = {}
@@ -299,9 +302,15 @@ class Agent:
         now = self.clock()
         listed = self.hv.domains()
         current = {d.name: d for d in listed}
-        pending = self._take_pending()
+        pending, fresh = self._take_pending()
         started = [d for name, d in current.items()
                    if name not in self.domains or name in pending]
+        # A new QEMU: a 'started' event, or a guest that appeared since
+        # the last listing without one (not one found when the agent
+        # started, nor one resumed after a pause or a migration).
+        fresh = {d.name for d in started if d.name in fresh or (
+            self._listed and d.name not in self.domains and
+            d.name not in pending)}
         stopped = [name for name in self.domains if name not in current]
         for domain in started:
             if domain.name not in self.domains:
@@ -332,7 +341,7 @@ class Agent:
         self.last_levels = levels
         for domain in started:
             if domain.name in current:
-                self.place(domain)
+                self.place(domain, fresh=domain.name in fresh)
         self.protect()
         self._optimize(now)
         if started or stopped or changed:
@@ -362,10 +371,12 @@ class Agent:
                   'sampling, placement and reports go on',
                   {'kind': kind, 'error': error}, exc_info=error)
 
-    def _take_pending(self) -> set:
+    def _take_pending(self) -> tuple:
+        """(guests to place again, those of them just started)."""
         with self._events_lock:
             pending, self.pending = self.pending, set()
-        return pending
+            fresh, self.fresh = self.fresh, set()
+        return pending, fresh
 
     def _forget(self, names) -> None:
         for name in names:
@@ -778,6 +789,11 @@ class Agent:
             events, self._events = self._events, collections.OrderedDict()
             self.pending.update(name for name, event in events.items()
                                 if event in PLACING_EVENTS)
+            for name, event in events.items():
+                if event == 'started':
+                    self.fresh.add(name)
+                elif event in PLACING_EVENTS:
+                    self.fresh.discard(name)
         leaving = [name for name, event in events.items()
                    if event == 'migrating']
         if leaving:
@@ -809,14 +825,21 @@ class Agent:
             return domain
         return dataclasses.replace(domain, allowed_nodes=allowed)
 
-    def place(self, domain: hv_mod.DomainInfo) -> placer_mod.Decision:
+    def place(self, domain: hv_mod.DomainInfo,
+              fresh: bool = False) -> placer_mod.Decision:
+        """Place ``domain`` (``fresh``: a new QEMU, just started)."""
         state = self.collector.guests.get(domain.name)
-        # A guest whose live nodeset is narrower than Nova's was confined
-        # by the agent (before it restarted): placed as it was, not left to
+        # A guest the agent confined (its own record; without one, a live
+        # nodeset narrower than Nova's) is placed as it was, not left to
         # the kernel with its nodeset still in force.
-        every = set(range(self.topology.size))
-        nova = set(self.nova_allowed.get(domain.name) or every)
-        confined = (set(domain.allowed_nodes) or every) < nova
+        confined = bool(self.restrictions.get(domain.name, ((), ()))[0])
+        recorded = domain.recorded
+        if recorded is None or recorded.host != self.host:
+            every = set(range(self.topology.size))
+            nova = set(self.nova_allowed.get(domain.name) or every)
+            confined = confined or \
+                (recorded is None and
+                 (set(domain.allowed_nodes) or every) < nova)
         domain = self.as_nova_placed(domain)
         error = None
         try:
@@ -825,7 +848,7 @@ class Agent:
                 state.cpu if state else {},
                 dict(state.memory_mb) if state else {},
                 reach=None if confined else
-                functools.partial(self.vcpu_reach, domain))
+                functools.partial(self.vcpu_reach, domain), fresh=fresh)
         except hv_mod.DomainGone:
             return None
         except hv_mod.HypervisorUnavailable:

@@ -63,12 +63,13 @@ LOG = logging.getLogger(__name__)
 
 # Levels by which moving a guest's vCPUs must beat keeping them.
 COLOCATE_MARGIN = 1
-# Memory outside a plan's nodes that still counts as where the plan puts
-# it (what QEMU touched before the agent saw the guest: 142 MiB, all on the
-# emulator thread's node, for a paused guest in the 4-node test VM): this
-# share of the memory touched, or this many MiB.
+# Memory of a guest just started outside its plan's nodes that still
+# counts as where the plan puts it (QEMU's own and what the guest touched
+# before the agent saw it; QEMU's own was about 14 MiB, on the emulator
+# thread's node, for a paused guest in the 4-node test VM): this share of
+# the memory touched or this many MiB, whichever is larger.
 OUTSIDE = 0.05
-OUTSIDE_MB = 256
+OUTSIDE_MB = 128
 OFF = 'off'
 ADVISORY = 'advisory'
 NODESET = 'nodeset'
@@ -117,19 +118,35 @@ def guest_policy(domain: hv_mod.DomainInfo, managed: str,
     return policy, ''
 
 
-def _left_to_kernel(reach, shares, before) -> bool:
+def _left_to_kernel(reach, shares, before, fresh) -> str | None:
     """Whether a plan on the nodes the guest's vCPUs run on is better left
-    undone: its vCPUs may run beyond those nodes (``reach``) and its memory
-    is already there (OUTSIDE of what it touched or OUTSIDE_MB elsewhere
-    at most: a guest just started). Confining the memory would move next
-    to nothing now, and would keep it away from vCPUs that the kernel's
-    scheduler moves to other nodes (first touch, and NUMA balancing where
-    it is on, bring pages after them).
+    undone: its vCPUs may run beyond those nodes (``reach``), and it is not
+    a guest just started (``fresh``: its memory may lie where QEMU first
+    touched it, away from its vCPUs) or its memory is already there (at
+    most OUTSIDE of what it touched, or OUTSIDE_MB, elsewhere). Confining
+    the memory would move next to nothing now, or pages the kernel placed,
+    and would keep it away from vCPUs that the kernel's scheduler moves to
+    other nodes (first touch, and NUMA balancing where it is on, bring
+    pages after them).
+
+    Returns why (the end of the decision's reason), or None.
     """
     if not reach or set(reach) <= set(shares):
-        return False
+        return None
     outside = sum(v for n, v in before.items() if n not in shares)
-    return outside <= max(OUTSIDE * sum(before.values()), OUTSIDE_MB)
+    if not fresh:
+        why = 'it was running already (found by the agent, or resumed)'
+    elif outside > max(OUTSIDE * sum(before.values()), OUTSIDE_MB):
+        return None
+    elif outside >= 1:
+        why = ('its memory is there already (%d MiB elsewhere, within '
+               'the slack)' % outside)
+    else:
+        why = 'its memory is there already'
+    return (': its vCPUs may run on nodes %s, beyond the plan\'s nodes %s, '
+            'and %s: not confined, so that the kernel keeps its pages near '
+            'its vCPUs (the optimizer moves both together where that '
+            'pays)' % (_nodes(reach), _nodes(shares), why))
 
 
 def _nodes(nodes) -> str:
@@ -244,7 +261,8 @@ class Placer:
         return best
 
     def place(self, domain: hv_mod.DomainInfo, view: planner.HostView,
-              cpu: dict, before: dict, reach=None) -> Decision:
+              cpu: dict, before: dict, reach=None,
+              fresh: bool = True) -> Decision:
         """Plan and enforce one guest.
 
         :param view: the host as the agent measured it, the guest's own
@@ -256,6 +274,8 @@ class Placer:
         :param reach: a callable giving the nodes whose CPUs its vCPUs
             may run on (their affinity), None when unknown; called only
             where the answer matters.
+        :param fresh: whether the guest has just started (a new QEMU),
+            not found running by an agent just started nor resumed.
         """
         policy, why = guest_policy(domain, self.managed,
                                    self.default_policy,
@@ -307,18 +327,10 @@ class Placer:
         moves_vcpus = follow and here != plan.local
         floats = reach() if reach is not None and local_only and \
             not moves_vcpus else None
-        if _left_to_kernel(floats, plan.shares, before):
-            outside = sum(v for n, v in before.items()
-                          if n not in plan.shares)
+        left = _left_to_kernel(floats, plan.shares, before, fresh)
+        if left:
             decision.action = 'skipped'
-            decision.reason += (
-                ': its vCPUs may run on nodes %s, beyond the plan\'s nodes '
-                '%s, and its memory is already there%s: not confined, so '
-                'that the kernel keeps its pages near its vCPUs (the '
-                'optimizer moves both together where that pays)' % (
-                    _nodes(floats), _nodes(plan.shares),
-                    ' (but %d MiB, QEMU\'s own at start)' % outside
-                    if outside >= 1 else ''))
+            decision.reason += left
             return decision
         if self.enforcement in (OFF, ADVISORY):
             decision.moves = moves_towards(before, plan.shares)

@@ -429,7 +429,12 @@ memory of a guest of the proportional policy (the default) is planned over the
 nodes its vCPUs run on only (by the same rule, among those nodes), and the
 guest is left where the kernel puts it when they cannot hold it; spreading it
 further is the optimizer's decision (predicted time, checked by its closed
-loop) and the rebalancer's. A starting guest has not been measured yet:
+loop) and the rebalancer's. A guest whose vCPUs may run beyond those nodes
+(floating over several nodes, as Nova's guests without a NUMA topology do
+on a multi-node host) is not confined at all when it has just started and
+its memory is already there, nor when it was running before (found by the
+agent, or resumed): the kernel keeps its pages near its vCPUs until the
+optimizer moves both. A starting guest has not been measured yet:
 placing it remotely on overhead levels alone was where the agent most often
 made guests slower than Nova's default (measured in the simulator's sweeps;
 see the simulator guide). The ``local`` and ``spread`` policies are planned

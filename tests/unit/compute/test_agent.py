@@ -11,6 +11,7 @@
 # under the License.
 
 import dataclasses
+import logging
 import math
 import threading
 
@@ -691,7 +692,7 @@ class TestLocalPlacement(AgentTestCase):
                       ('restricted', 'moved'))
         self.assertIn(0, self.hv.nodesets['new'])
 
-    def floating(self, affinity, memory=None, vcpus=2):
+    def floating(self, affinity, memory=None, vcpus=2, memory_mb=4 * GIB):
         """A 4 GiB guest starting with its vCPUs on node 1 (of 2) and
         ``memory`` touched (1 GiB on node 1), its vCPUs' affinity
         ``affinity`` (CPUs; None: unknown).
@@ -700,7 +701,7 @@ class TestLocalPlacement(AgentTestCase):
         agent = self.make_agent()
         agent.cycle()
         self.hv.add('new', memory or {1: GIB}, vcpu_node=1,
-                    memory_mb=4 * GIB, vcpus=vcpus)
+                    memory_mb=memory_mb, vcpus=vcpus)
         if affinity is not None:
             self.hv.affinity['new'] = affinity
         self.clock.now += 1
@@ -738,19 +739,56 @@ class TestLocalPlacement(AgentTestCase):
         decision = self.floating(cpus, memory={0: GIB, 1: GIB})
         self.assertEqual('moved', decision.action, decision.reason)
         self.assertEqual((1,), self.hv.nodesets['new'])
-        # QEMU's own (before the agent saw it) is not: 5% of what it
-        # touched, or 256 MiB.
-        decision = self.floating(cpus, memory={0: 200, 1: GIB})
+        # QEMU's own and what it touched before the agent saw it are not:
+        # 5% of what it touched or 128 MiB, whichever is larger.
+        decision = self.floating(cpus, memory={0: 100, 1: GIB})
         self.assertEqual('skipped', decision.action, decision.reason)
-        self.assertIn('already there (but 200 MiB, QEMU\'s own at start)',
-                      decision.reason)
-        decision = self.floating(cpus, memory={0: 200})
+        self.assertIn('its memory is there already (100 MiB elsewhere, '
+                      'within the slack)', decision.reason)
+        decision = self.floating(cpus, memory={0: 100})
         self.assertEqual('skipped', decision.action, decision.reason)
-        decision = self.floating(cpus, memory={0: 300, 1: 7 * GIB})
+        decision = self.floating(cpus, memory={0: 300, 1: 7 * GIB},
+                                 memory_mb=8 * GIB)
         self.assertEqual('skipped', decision.action, decision.reason)
         # More than that elsewhere is moved, small as it is.
-        decision = self.floating(cpus, memory={0: 300})
+        decision = self.floating(cpus, memory={0: 150})
         self.assertEqual('moved', decision.action, decision.reason)
+
+    def test_a_running_floating_guest_is_left_wherever_its_memory(self):
+        # Found running when the agent starts, or resumed: its pages are
+        # where the kernel put them, spread or not; the placement does not
+        # gather them on the node its vCPUs happen to be on.
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('old', {0: 2 * GIB, 1: 2 * GIB}, vcpu_node=1,
+                    memory_mb=4 * GIB)
+        self.hv.affinity['old'] = cpus
+        agent = self.make_agent()
+        agent.cycle()
+        decision = agent.decisions['old']
+        self.assertEqual('skipped', decision.action, decision.reason)
+        self.assertIn('and it was running already (found by the agent, or '
+                      'resumed): not confined', decision.reason)
+        self.assertNotIn('old', self.hv.nodesets)
+        agent.on_lifecycle('resumed', 'old')
+        agent.handle_events()
+        self.assertIsNot(decision, agent.decisions['old'])
+        self.assertEqual('skipped', agent.decisions['old'].action)
+        self.assertEqual([], [m for m in self.hv.moves if m[0] == 'old'])
+        # Started again (a new QEMU, its memory first touched on node 0):
+        # placed as a guest just started.
+        agent.on_lifecycle('started', 'old')
+        agent.handle_events()
+        self.assertEqual('moved', agent.decisions['old'].action)
+        self.assertEqual((1,), self.hv.nodesets['old'])
+        # Unknown affinity: the placement of a guest found running, as
+        # before.
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.hv.add('old', {0: 2 * GIB, 1: 2 * GIB}, vcpu_node=1,
+                    memory_mb=4 * GIB)
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertEqual('moved', agent.decisions['old'].action)
 
     def test_the_rule_is_the_local_first_placements_only(self):
         cpus = tuple(self.hv.topology().node_of_cpu())
@@ -784,6 +822,12 @@ class TestLocalPlacement(AgentTestCase):
         agent.cycle()
         self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
         self.hv.add('pinned', {1: GIB}, vcpu_node=1, pinned=True)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual([], read.call_args_list)
+        self.flags(group='numa_overhead_agent', remote_placement=False)
+        self.hv.add('spread', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB,
+                    extra_specs={'numa_overhead:policy': 'spread'})
         self.clock.now += 1
         agent.cycle()
         self.assertEqual([], read.call_args_list)
@@ -829,6 +873,24 @@ class TestLocalPlacement(AgentTestCase):
         self.useFixture(fixtures.MockPatchObject(
             self.hv, 'vcpu_affinity', return_value=42))
         self.assertIsNone(agent.vcpu_reach(self.hv.guests['other']))
+
+    def test_an_unreadable_affinity_is_warned_once_per_kind(self):
+        logger = self.useFixture(fixtures.FakeLogger(
+            level=logging.DEBUG, format='%(levelname)s %(message)s'))
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        self.useFixture(fixtures.MockPatchObject(
+            self.hv, 'vcpu_affinity',
+            side_effect=hv_mod.HypervisorError('no maps')))
+        agent = self.make_agent()
+        agent.cycle()
+        for name in ('a', 'b'):
+            self.hv.add(name, {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+            self.clock.now += 1
+            agent.cycle()
+            self.assertEqual((1,), self.hv.nodesets[name])
+        lines = [line.split(' ')[0] for line in logger.output.splitlines()
+                 if 'Could not read the vCPU affinity' in line]
+        self.assertEqual(['WARNING', 'DEBUG'], lines)
 
     def test_a_guest_gone_or_libvirt_down_while_reading_it(self):
         cpus = tuple(self.hv.topology().node_of_cpu())
