@@ -65,9 +65,9 @@ LOG = logging.getLogger(__name__)
 COLOCATE_MARGIN = 1
 # Memory of a guest just started outside its plan's nodes that still
 # counts as where the plan puts it (QEMU's own and what the guest touched
-# before the agent saw it; QEMU's own was about 14 MiB, on the emulator
-# thread's node, for a paused guest in the 4-node test VM): this share of
-# the memory touched or this many MiB, whichever is larger.
+# before the agent saw it: 12 MiB, over two nodes, for a paused guest
+# without preallocation in the 4-node test VM): this share of the memory
+# touched or this many MiB, whichever is larger.
 OUTSIDE = 0.05
 OUTSIDE_MB = 128
 OFF = 'off'

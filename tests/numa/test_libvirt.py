@@ -227,9 +227,9 @@ class TestNovaFloatingGuest(LibvirtTestCase, tests_base.TestCase):
     def test_default_first_placement_of_a_floating_guest(self):
         # The default policy and first placement: a guest whose vCPUs may
         # run on both nodes with CPUs, its RAM not preallocated (as Nova
-        # starts it), paused: what it touched is QEMU's own (about 14 MiB
-        # when measured, on the emulator thread's node), within
-        # placer.OUTSIDE_MB wherever its vCPU runs. Left to the kernel.
+        # starts it), paused: what it touched is QEMU's own (12 MiB over
+        # nodes 0 and 1 when measured), within placer.OUTSIDE_MB wherever
+        # its vCPU runs. Left to the kernel.
         self.flags(group='numa_overhead_agent', enforcement='pages',
                    reserve_mb=16, migrate_rate_mb_per_s=0)
         agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm')
