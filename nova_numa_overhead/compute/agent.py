@@ -318,6 +318,12 @@ class Agent:
             else:
                 # Started again or resumed: another run to measure.
                 self.optimizer.restarted(domain.name, now)
+                if domain.name in fresh:
+                    # A new QEMU (Nova's hard reboot, a start from the
+                    # domain's config): the agent's live nodeset, pins and
+                    # record went with the old one; Nova's XML is read
+                    # again.
+                    self._learn(domain)
             if not domain.pinned and not domain.metadata_error:
                 self.guarded(domain, 'Enabling perf events',
                              self.hv.enable_counters, domain)

@@ -790,6 +790,36 @@ class TestLocalPlacement(AgentTestCase):
         agent.cycle()
         self.assertEqual('moved', agent.decisions['old'].action)
 
+    def test_a_guest_started_again_is_placed_as_a_new_one(self):
+        # Confined by the agent (its affinity unknown then), then Nova's
+        # hard reboot: a new QEMU from Nova's XML, without the agent's
+        # nodeset or record. The agent forgets its restriction and places
+        # it as a guest just started; a resume keeps it.
+        cpus = tuple(self.hv.topology().node_of_cpu())
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual(((1,), ()), agent.restrictions['new'])
+        self.hv.affinity['new'] = cpus
+        agent.on_lifecycle('resumed', 'new')
+        agent.handle_events()
+        self.assertEqual(((1,), ()), agent.restrictions['new'])
+        self.assertIn(agent.decisions['new'].action, ('restricted', 'moved'))
+        self.hv.nodesets.pop('new')
+        self.hv.recorded.pop('new')
+        agent.on_lifecycle('started', 'new')
+        agent.handle_events()
+        self.assertEqual(((), ()), agent.restrictions['new'])
+        decision = agent.decisions['new']
+        self.assertEqual('skipped', decision.action, decision.reason)
+        self.assertIn('its memory is there already', decision.reason)
+        self.assertNotIn('new', self.hv.nodesets)
+        # Its record is the new run's: Nova's placement, no restriction.
+        self.assertEqual((), self.hv.recorded['new'].nodes)
+
     def test_the_rule_is_the_local_first_placements_only(self):
         cpus = tuple(self.hv.topology().node_of_cpu())
         # The paper's placement (remote_placement), and the flavor's own
