@@ -55,6 +55,7 @@ import dataclasses
 
 from oslo_log import log as logging
 
+from nova_numa_overhead.compute import cgroups
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.overhead import planner
 from nova_numa_overhead.overhead import specs as specs_mod
@@ -146,11 +147,8 @@ def _left_to_kernel(reach, shares, before, fresh) -> str | None:
     return (': its vCPUs may run on nodes %s, beyond the plan\'s nodes %s, '
             'and %s: not confined, so that the kernel keeps its pages near '
             'its vCPUs (the optimizer moves both together where that '
-            'pays)' % (_nodes(reach), _nodes(shares), why))
-
-
-def _nodes(nodes) -> str:
-    return ','.join(str(n) for n in sorted(nodes))
+            'pays)' % (cgroups.format_mems(reach),
+                       cgroups.format_mems(shares), why))
 
 
 def local_node(cpu: dict) -> int | None:

@@ -692,27 +692,43 @@ class TestLocalPlacement(AgentTestCase):
                       ('restricted', 'moved'))
         self.assertIn(0, self.hv.nodesets['new'])
 
-    def floating(self, affinity, memory=None, vcpus=2, memory_mb=4 * GIB):
-        """A 4 GiB guest starting with its vCPUs on node 1 (of 2) and
-        ``memory`` touched (1 GiB on node 1), its vCPUs' affinity
-        ``affinity`` (CPUs; None: unknown).
-        """
+    def two_nodes(self):
+        """An agent that listed a host of two 16 GiB nodes."""
         self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
         agent = self.make_agent()
         agent.cycle()
-        self.hv.add('new', memory or {1: GIB}, vcpu_node=1,
-                    memory_mb=memory_mb, vcpus=vcpus)
+        return agent
+
+    def every_cpu(self) -> tuple:
+        return tuple(self.hv.topology().node_of_cpu())
+
+    def start(self, agent, name='new', affinity=None, memory=None,
+              memory_mb=4 * GIB, **kwargs):
+        """``name`` starts (4 GiB) with its vCPUs on node 1 and ``memory``
+        touched (1 GiB on node 1), its vCPUs' affinity ``affinity`` (CPUs;
+        None: unknown); the agent's next cycle, its result.
+        """
+        self.hv.add(name, memory or {1: GIB}, vcpu_node=1,
+                    memory_mb=memory_mb, **kwargs)
         if affinity is not None:
-            self.hv.affinity['new'] = affinity
+            self.hv.affinity[name] = affinity
         self.clock.now += 1
-        agent.cycle()
+        return agent.cycle()
+
+    def floating(self, affinity='every', **kwargs):
+        """The decision for ``start`` on ``two_nodes`` ('every': the
+        vCPUs may run on every CPU of the host).
+        """
+        agent = self.two_nodes()
+        if affinity == 'every':
+            affinity = self.every_cpu()
+        self.start(agent, affinity=affinity, **kwargs)
         return agent.decisions['new']
 
     def test_a_floating_guest_already_local_is_left_to_the_kernel(self):
         # Its vCPUs may run on both nodes: confining its memory to node 1
         # would move nothing and keep it from vCPUs the kernel moves.
-        cpus = tuple(self.hv.topology().node_of_cpu())
-        decision = self.floating(cpus)
+        decision = self.floating()
         self.assertEqual('skipped', decision.action)
         self.assertIn('policy proportional, max_nodes 4: its vCPUs may run '
                       'on nodes 0,1, beyond the plan\'s nodes 1,',
@@ -735,34 +751,32 @@ class TestLocalPlacement(AgentTestCase):
 
     def test_a_floating_guest_with_memory_elsewhere_is_placed(self):
         # Half of its memory on node 0: the plan moves it.
-        cpus = tuple(self.hv.topology().node_of_cpu())
-        decision = self.floating(cpus, memory={0: GIB, 1: GIB})
+        decision = self.floating(memory={0: GIB, 1: GIB})
         self.assertEqual('moved', decision.action, decision.reason)
         self.assertEqual((1,), self.hv.nodesets['new'])
         # QEMU's own and what it touched before the agent saw it are not:
         # 5% of what it touched or 128 MiB, whichever is larger.
-        decision = self.floating(cpus, memory={0: 100, 1: GIB})
+        decision = self.floating(memory={0: 100, 1: GIB})
         self.assertEqual('skipped', decision.action, decision.reason)
         self.assertIn('its memory is there already (100 MiB elsewhere, '
                       'within the slack)', decision.reason)
-        decision = self.floating(cpus, memory={0: 100})
+        decision = self.floating(memory={0: 100})
         self.assertEqual('skipped', decision.action, decision.reason)
-        decision = self.floating(cpus, memory={0: 300, 1: 7 * GIB},
+        decision = self.floating(memory={0: 300, 1: 7 * GIB},
                                  memory_mb=8 * GIB)
         self.assertEqual('skipped', decision.action, decision.reason)
         # More than that elsewhere is moved, small as it is.
-        decision = self.floating(cpus, memory={0: 150})
+        decision = self.floating(memory={0: 150})
         self.assertEqual('moved', decision.action, decision.reason)
 
     def test_a_running_floating_guest_is_left_wherever_its_memory(self):
         # Found running when the agent starts, or resumed: its pages are
         # where the kernel put them, spread or not; the placement does not
         # gather them on the node its vCPUs happen to be on.
-        cpus = tuple(self.hv.topology().node_of_cpu())
         self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
         self.hv.add('old', {0: 2 * GIB, 1: 2 * GIB}, vcpu_node=1,
                     memory_mb=4 * GIB)
-        self.hv.affinity['old'] = cpus
+        self.hv.affinity['old'] = self.every_cpu()
         agent = self.make_agent()
         agent.cycle()
         decision = agent.decisions['old']
@@ -795,15 +809,10 @@ class TestLocalPlacement(AgentTestCase):
         # hard reboot: a new QEMU from Nova's XML, without the agent's
         # nodeset or record. The agent forgets its restriction and places
         # it as a guest just started; a resume keeps it.
-        cpus = tuple(self.hv.topology().node_of_cpu())
-        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
-        agent = self.make_agent()
-        agent.cycle()
-        self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
-        self.clock.now += 1
-        agent.cycle()
+        agent = self.two_nodes()
+        self.start(agent)
         self.assertEqual(((1,), ()), agent.restrictions['new'])
-        self.hv.affinity['new'] = cpus
+        self.hv.affinity['new'] = self.every_cpu()
         agent.on_lifecycle('resumed', 'new')
         agent.handle_events()
         self.assertEqual(((1,), ()), agent.restrictions['new'])
@@ -821,45 +830,31 @@ class TestLocalPlacement(AgentTestCase):
         self.assertEqual((), self.hv.recorded['new'].nodes)
 
     def test_the_rule_is_the_local_first_placements_only(self):
-        cpus = tuple(self.hv.topology().node_of_cpu())
         # The paper's placement (remote_placement), and the flavor's own
         # policies, confine as before.
         self.flags(group='numa_overhead_agent', remote_placement=True)
-        decision = self.floating(cpus)
+        decision = self.floating()
         self.assertIn(decision.action, ('restricted', 'moved'),
                       decision.reason)
         self.flags(group='numa_overhead_agent', remote_placement=False)
         for policy in ('spread', 'local'):
-            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
-            agent = self.make_agent()
-            agent.cycle()
-            self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB,
-                        extra_specs={'numa_overhead:policy': policy})
-            self.hv.affinity['new'] = cpus
-            self.clock.now += 1
-            agent.cycle()
-            decision = agent.decisions['new']
+            decision = self.floating(
+                extra_specs={'numa_overhead:policy': policy})
             self.assertIn(decision.action, ('restricted', 'moved'),
                           (policy, decision.reason))
 
     def test_the_affinity_is_read_only_where_it_matters(self):
         # Not for the paper's placement, nor for a guest left alone.
         self.flags(group='numa_overhead_agent', remote_placement=True)
-        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        agent = self.two_nodes()
         read = self.useFixture(fixtures.MockPatchObject(
             self.hv, 'vcpu_affinity', return_value=None)).mock
-        agent = self.make_agent()
-        agent.cycle()
-        self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
         self.hv.add('pinned', {1: GIB}, vcpu_node=1, pinned=True)
-        self.clock.now += 1
-        agent.cycle()
+        self.start(agent)
         self.assertEqual([], read.call_args_list)
         self.flags(group='numa_overhead_agent', remote_placement=False)
-        self.hv.add('spread', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB,
-                    extra_specs={'numa_overhead:policy': 'spread'})
-        self.clock.now += 1
-        agent.cycle()
+        self.start(agent, 'spread',
+                   extra_specs={'numa_overhead:policy': 'spread'})
         self.assertEqual([], read.call_args_list)
         # The local first placement of a guest the agent has not confined
         # (the first agent did confine 'new'): read once.
@@ -874,10 +869,9 @@ class TestLocalPlacement(AgentTestCase):
         # Placed by an agent that could not read the affinity, then the
         # agent restarts: its nodeset is in force, it is placed as before
         # (not called unconfined with a nodeset still on).
-        cpus = tuple(self.hv.topology().node_of_cpu())
         decision = self.floating(None)
         self.assertEqual((1,), self.hv.nodesets['new'])
-        self.hv.affinity['new'] = cpus
+        self.hv.affinity['new'] = self.every_cpu()
         agent = self.make_agent()
         agent.cycle()
         decision = agent.decisions['new']
@@ -886,17 +880,11 @@ class TestLocalPlacement(AgentTestCase):
         self.assertEqual((1,), self.hv.nodesets['new'])
 
     def test_an_affinity_that_cannot_be_read_is_unknown(self):
-        cpus = tuple(self.hv.topology().node_of_cpu())
         for bad in (hv_mod.HypervisorError('no'), TypeError('odd')):
-            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
-            agent = self.make_agent()
-            agent.cycle()
-            self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
-            self.hv.affinity['new'] = cpus
+            agent = self.two_nodes()
             self.useFixture(fixtures.MockPatchObject(
                 self.hv, 'vcpu_affinity', side_effect=bad))
-            self.clock.now += 1
-            agent.cycle()
+            self.start(agent)
             self.assertEqual((1,), self.hv.nodesets['new'])
         # Not a list of CPUs at all: unknown too.
         self.hv.add('other', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
@@ -907,47 +895,34 @@ class TestLocalPlacement(AgentTestCase):
     def test_an_unreadable_affinity_is_warned_once_per_kind(self):
         logger = self.useFixture(fixtures.FakeLogger(
             level=logging.DEBUG, format='%(levelname)s %(message)s'))
-        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
+        agent = self.two_nodes()
         self.useFixture(fixtures.MockPatchObject(
             self.hv, 'vcpu_affinity',
             side_effect=hv_mod.HypervisorError('no maps')))
-        agent = self.make_agent()
-        agent.cycle()
         for name in ('a', 'b'):
-            self.hv.add(name, {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
-            self.clock.now += 1
-            agent.cycle()
+            self.start(agent, name)
             self.assertEqual((1,), self.hv.nodesets[name])
         lines = [line.split(' ')[0] for line in logger.output.splitlines()
                  if 'Could not read the vCPU affinity' in line]
         self.assertEqual(['WARNING', 'DEBUG'], lines)
 
     def test_a_guest_gone_or_libvirt_down_while_reading_it(self):
-        cpus = tuple(self.hv.topology().node_of_cpu())
-        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=16 * GIB)
-        agent = self.make_agent()
-        agent.cycle()
-        self.hv.add('new', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
-        self.hv.affinity['new'] = cpus
+        agent = self.two_nodes()
         # Gone: no decision, nothing confined, the cycle goes on.
         self.hv.vanish_on = ('vcpu_affinity', 'new')
-        self.clock.now += 1
-        self.assertTrue(agent.cycle())
+        self.assertTrue(self.start(agent, affinity=self.every_cpu()))
         self.assertNotIn('new', agent.decisions)
         self.assertNotIn('new', self.hv.nodesets)
         # libvirt down: the cycle stops there, as for any other call.
-        self.hv.add('other', {1: GIB}, vcpu_node=1, memory_mb=4 * GIB)
         self.useFixture(fixtures.MockPatchObject(
             self.hv, 'vcpu_affinity', side_effect=hv_mod.HypervisorUnavailable(
                 'closed')))
-        self.clock.now += 1
-        self.assertFalse(agent.cycle())
+        self.assertFalse(self.start(agent, 'other'))
         self.assertNotIn('other', agent.decisions)
 
     def test_advice_for_a_floating_guest_is_none(self):
         self.flags(group='numa_overhead_agent', enforcement='advisory')
-        cpus = tuple(self.hv.topology().node_of_cpu())
-        decision = self.floating(cpus)
+        decision = self.floating()
         self.assertEqual('skipped', decision.action)
         self.assertIn('not confined', decision.reason)
 
