@@ -256,6 +256,11 @@ class SimHypervisor(hv_mod.Hypervisor):
         counts = {}
         for cpu in cpus:
             counts[node_of[cpu]] = counts.get(node_of[cpu], 0) + 1
+        if set(cpus) >= set(node_of):
+            # Every CPU of the host: not pinned at all (libvirt's vcpupin
+            # to every CPU); the kernel's load balancer places them.
+            guest.floating = True
+            return
         total = float(sum(counts.values()))
         guest.cpu = {n: c / total for n, c in counts.items()}
         guest.floating = False

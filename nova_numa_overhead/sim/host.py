@@ -33,9 +33,13 @@ Physics the policies cannot bypass:
   guest without pinning) is placed by the kernel: a node whose vCPUs
   need more than its physical cores while another node has an idle core
   gives one up (the load balancer spreads over idle cores before SMT
-  siblings; closest node first), and NUMA balancing moves the guest's
-  vCPUs to the node holding most of its memory when that node has the
-  cores for them. vCPUs a scenario or a policy placed on nodes stay there.
+  siblings; closest node first); with no idle core left, the busiest node
+  gives vCPUs to the least loaded one while it has more than
+  ``IMBALANCE_PCT`` percent of its runnable vCPUs per CPU (the
+  overloaded case of ``find_busiest_group``); and NUMA balancing moves the
+  guest's vCPUs to the node holding most of its memory when that node has
+  the cores for them. vCPUs a scenario or a policy placed on nodes stay
+  there; vCPUs pinned to every CPU of the host float.
 * **Automatic NUMA balancing** (on by default, as on real multi-node
   hosts): every scan period the kernel samples ``SCAN_MB`` of a guest's
   memory and migrates the sampled pages that sit away from the node its
@@ -65,6 +69,7 @@ SCAN_PERIOD_MAX = 60.0
 LOCAL_THRESHOLD = 0.7
 DEFAULT_TOUCH_MB_PER_S = 1024.0
 EPSILON = 1e-6
+IMBALANCE_PCT = 117      # sched_domain imbalance_pct between nodes
 
 KERNEL = 'kernel'        # NUMA balancing, in the guest's fault path
 REMOTE = 'remote'        # move_pages / migrate_pages / cpuset by a task
@@ -349,21 +354,46 @@ class Host:
             idle = [n for n in range(self.spec.size)
                     if load[n] <= cores[n] - 1 + EPSILON]
             if not busy or not idle:
-                return
+                break
             src = max(busy, key=lambda n: (load[n] - cores[n], -n))
-            movable = [g for g in floating if g.cpu.get(src, 0.0) *
-                       g.vcpus >= 1 - EPSILON]
-            if not movable:
-                return
             dst = min(idle, key=lambda n: (self.spec.distances[src][n],
                                            load[n] - cores[n], n))
-            # The guest with the least of its memory on the busy node.
-            guest = min(movable, key=lambda g: (
-                self.pages(g).get(src, 0.0) / max(g.allocated_mb, 1.0),
-                g.name))
-            self._move_vcpus(guest, src, dst, 1.0)
-            load[src] -= 1.0
-            load[dst] += 1.0
+            if not self._pull(floating, src, dst, load):
+                break
+        # No idle core left: between busy nodes the balancer evens the
+        # runnable vCPUs per CPU, when the busiest node has more than
+        # IMBALANCE_PCT of the least loaded one's (find_busiest_group
+        # and calculate_imbalance, group_overloaded; imbalance_pct 117).
+        cpus = [node.cpus for node in self.spec.nodes]
+        for _ in range(sum(g.vcpus for g in floating)):
+            per = [load[n] / cpus[n] for n in range(self.spec.size)]
+            src = max(range(self.spec.size), key=lambda n: (per[n], -n))
+            if load[src] <= cores[src] + EPSILON:
+                break
+            dst = min(range(self.spec.size), key=lambda n: (
+                per[n], self.spec.distances[src][n], n))
+            if per[src] * 100 <= IMBALANCE_PCT * per[dst] or \
+                    (load[src] - 1) / cpus[src] < \
+                    (load[dst] + 1) / cpus[dst]:
+                break
+            if not self._pull(floating, src, dst, load):
+                break
+
+    def _pull(self, floating, src, dst, load) -> bool:
+        """One floating vCPU from ``src`` to ``dst``: of the guest with
+        the least of its memory on ``src``.
+        """
+        movable = [g for g in floating if g.cpu.get(src, 0.0) *
+                   g.vcpus >= 1 - EPSILON]
+        if not movable:
+            return False
+        guest = min(movable, key=lambda g: (
+            self.pages(g).get(src, 0.0) / max(g.allocated_mb, 1.0),
+            g.name))
+        self._move_vcpus(guest, src, dst, 1.0)
+        load[src] -= 1.0
+        load[dst] += 1.0
+        return True
 
     def _place_task(self, guest: Guest) -> None:
         """NUMA balancing's task placement: a floating guest's vCPUs go

@@ -135,3 +135,10 @@ class TestAffinity(testtools.TestCase):
         hv.pin_vcpus(domains['floating'], cpus[3][:2])
         self.assertEqual(tuple(cpus[3]),
                          hv.vcpu_affinity(domains['floating']))
+        self.assertFalse(floating.floating)
+        # Pinned to every CPU of the host (an undo to Nova's, libvirt's
+        # vcpupin to all): not pinned at all, the kernel places them.
+        hv.pin_vcpus(domains['floating'],
+                     [c for n in sorted(cpus) for c in cpus[n]])
+        self.assertTrue(floating.floating)
+        self.assertEqual({3: 1.0}, floating.cpu)

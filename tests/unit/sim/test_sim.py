@@ -202,6 +202,27 @@ class TestKernel(testtools.TestCase):
         self.assertLessEqual(abs(load[0] - load[1]), 4)
         self.assertGreater(load[1], 0)
 
+    def test_busy_nodes_are_evened(self):
+        # Twenty 2-vCPU guests crowded on node 0 (40 vCPUs, 8 cores in
+        # all): node 1 takes more than its idle cores, until neither has
+        # IMBALANCE_PCT of the other's vCPUs per CPU.
+        host = host_mod.Host(two_nodes(64), balancing=False)
+        for i in range(20):
+            host.add(guest('g%d' % i, node=0, memory_gb=1, floating=True),
+                     preallocate=True)
+        host.step(0.0)
+        load = host.cpu_load()
+        self.assertEqual(40.0, sum(load))
+        self.assertLessEqual(max(load) * 100,
+                             host_mod.IMBALANCE_PCT * min(load))
+        # Guests kept on their node are not moved.
+        host = host_mod.Host(two_nodes(64), balancing=False)
+        for i in range(20):
+            host.add(guest('g%d' % i, node=0, memory_gb=1),
+                     preallocate=True)
+        host.step(0.0)
+        self.assertEqual([40.0, 0.0], host.cpu_load())
+
 
 class TestModel(testtools.TestCase):
 
