@@ -761,20 +761,28 @@ class Optimizer:
         if base_changes:
             without = model.predict(base_changes)
             self._left -= 1
+        everywhere = set(agent.topology.node_of_cpu())
+        pinned = bool(agent.restrictions.get(name, ((), ()))[1])
         for nodes in self.candidates(domain, host):
             if busy.intersection(nodes):
                 continue
             target = cost.even(nodes)
+            cpu = target
+            if everywhere.issubset(self._cpus(domain, nodes)):
+                # Pinned to every CPU of the host is not pinned: the
+                # kernel runs them where it has idle threads (those the
+                # agent pinned), or where it runs them now.
+                cpu = model.spread(name, nodes) if pinned else now_cpu
             room = sum(view.free_mb[n] - (taken or {}).get(n, 0.0)
                        for n in nodes)
             variants = []
             if room >= domain.memory_mb + self.opts.reserve_mb and (
-                    target != now_cpu or
+                    cpu != now_cpu or
                     cost.moved_fraction(now_mem, target) >= MIN_SHIFT):
                 # vCPUs and memory together.
                 variants.append((target, touched * cost.moved_fraction(
                     now_mem, target), True))
-            if target != now_cpu and _local(target, now_mem) > \
+            if cpu != now_cpu and _local(cpu, now_mem) > \
                     _local(now_cpu, now_mem) + MIN_SHIFT:
                 # vCPUs alone, to where more of its memory is (and CPUs
                 # or the LLC maybe less shared): no page moves, no room
@@ -785,7 +793,7 @@ class Optimizer:
                     continue
                 self._left -= 1
                 changes = dict(base_changes)
-                changes[name] = (target, memory)
+                changes[name] = (cpu, memory)
                 ratios = model.predict(changes)
                 # The floor on the ratios to now: with the moves chosen
                 # earlier in this pass.
@@ -802,7 +810,7 @@ class Optimizer:
                 score = gain - price / horizon
                 if best is None or score > best.gain - best.cost / horizon:
                     best = Action(name, nodes, self._cpus(domain, nodes),
-                                  gain, price, moved, (target, memory),
+                                  gain, price, moved, (cpu, memory),
                                   with_memory, effects)
         return best
 

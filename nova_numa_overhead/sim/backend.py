@@ -253,6 +253,12 @@ class SimHypervisor(hv_mod.Hypervisor):
     def pin_vcpus(self, domain, cpus):
         guest = self._guest(domain)
         node_of = self._topology.node_of_cpu()
+        unknown = sorted(set(cpus) - set(node_of))
+        if not cpus or unknown:
+            # As the libvirt driver: no CPU, or CPUs the host lacks.
+            raise hv_mod.HypervisorError(
+                'cannot pin the vCPUs of %s to CPUs %s' % (
+                    guest.name, unknown or 'none'))
         counts = {}
         for cpu in cpus:
             counts[node_of[cpu]] = counts.get(node_of[cpu], 0) + 1

@@ -33,13 +33,17 @@ Physics the policies cannot bypass:
   guest without pinning) is placed by the kernel: a node whose vCPUs
   need more than its physical cores while another node has an idle core
   gives one up (the load balancer spreads over idle cores before SMT
-  siblings; closest node first); with no idle core left, the busiest node
-  gives vCPUs to the least loaded one while it has more than
-  ``IMBALANCE_PCT`` percent of its runnable vCPUs per CPU (the
-  overloaded case of ``find_busiest_group``); and NUMA balancing moves the
-  guest's vCPUs to the node holding most of its memory when that node has
-  the cores for them. vCPUs a scenario or a policy placed on nodes stay
-  there; vCPUs pinned to every CPU of the host float.
+  siblings; closest node first); with no idle core left, the node with
+  the most runnable vCPUs per CPU (hardware thread) gives vCPUs to the one
+  with the fewest while it has more than ``IMBALANCE_PCT`` percent of its
+  (the kernel's ``imbalance_pct`` between NUMA nodes); a node whose vCPUs
+  are all pinned gives none. Load is counted in vCPUs, each as heavy as
+  another (the kernel weighs each guest's cgroup). NUMA balancing moves
+  the guest's vCPUs to the node holding most of its memory when that node
+  has the cores for them. vCPUs a scenario or a policy placed on nodes
+  stay there, with their split by CPU count even where they may run on
+  several nodes (the kernel would balance them within); vCPUs pinned to
+  every CPU of the host float.
 * **Automatic NUMA balancing** (on by default, as on real multi-node
   hosts): every scan period the kernel samples ``SCAN_MB`` of a guest's
   memory and migrates the sampled pages that sit away from the node its
@@ -338,62 +342,65 @@ class Host:
                      if c > EPSILON}
 
     def _load_balance(self) -> None:
-        """The CFS load balancer, for floating vCPUs: from a node with
-        more runnable vCPUs than cores to the nearest node with an idle
-        core, one vCPU at a time.
+        """The CFS load balancer, for floating vCPUs, one vCPU at a time:
+        from a node with more runnable vCPUs than cores to the nearest node
+        with an idle core; with no idle core left, from the node with the
+        most runnable vCPUs per CPU to the one with the fewest, while the
+        first has more than IMBALANCE_PCT percent of the second's
+        (find_busiest_group and calculate_imbalance between NUMA nodes;
+        imbalance_pct 117) and the move does not overshoot. A node whose
+        vCPUs are all pinned gives none (the kernel's LBF_ALL_PINNED: it
+        looks for another).
         """
         floating = [g for g in self.guests.values()
                     if g.floating and not g.oom]
         if not floating:
             return
+        size = self.spec.size
         cores = [node.cores for node in self.spec.nodes]
+        cpus = [node.cpus for node in self.spec.nodes]
         load = self.cpu_load()
+
+        def movable(n):
+            return [g for g in floating
+                    if g.cpu.get(n, 0.0) * g.vcpus >= 1 - EPSILON]
+
         for _ in range(sum(g.vcpus for g in floating)):
-            busy = [n for n in range(self.spec.size)
-                    if load[n] > cores[n] + EPSILON]
-            idle = [n for n in range(self.spec.size)
+            busy = [n for n in range(size)
+                    if load[n] > cores[n] + EPSILON and movable(n)]
+            idle = [n for n in range(size)
                     if load[n] <= cores[n] - 1 + EPSILON]
             if not busy or not idle:
                 break
             src = max(busy, key=lambda n: (load[n] - cores[n], -n))
             dst = min(idle, key=lambda n: (self.spec.distances[src][n],
                                            load[n] - cores[n], n))
-            if not self._pull(floating, src, dst, load):
-                break
-        # No idle core left: between busy nodes the balancer evens the
-        # runnable vCPUs per CPU, when the busiest node has more than
-        # IMBALANCE_PCT of the least loaded one's (find_busiest_group
-        # and calculate_imbalance, group_overloaded; imbalance_pct 117).
-        cpus = [node.cpus for node in self.spec.nodes]
+            self._pull(movable(src), src, dst, load)
         for _ in range(sum(g.vcpus for g in floating)):
-            per = [load[n] / cpus[n] for n in range(self.spec.size)]
-            src = max(range(self.spec.size), key=lambda n: (per[n], -n))
-            if load[src] <= cores[src] + EPSILON:
+            per = [load[n] / cpus[n] for n in range(size)]
+            busy = [n for n in range(size)
+                    if load[n] > cores[n] + EPSILON and movable(n)]
+            if not busy:
                 break
-            dst = min(range(self.spec.size), key=lambda n: (
+            src = max(busy, key=lambda n: (per[n], -n))
+            dst = min(range(size), key=lambda n: (
                 per[n], self.spec.distances[src][n], n))
             if per[src] * 100 <= IMBALANCE_PCT * per[dst] or \
                     (load[src] - 1) / cpus[src] < \
                     (load[dst] + 1) / cpus[dst]:
                 break
-            if not self._pull(floating, src, dst, load):
-                break
+            self._pull(movable(src), src, dst, load)
 
-    def _pull(self, floating, src, dst, load) -> bool:
-        """One floating vCPU from ``src`` to ``dst``: of the guest with
-        the least of its memory on ``src``.
+    def _pull(self, movable, src, dst, load) -> None:
+        """One vCPU from ``src`` to ``dst``, of the guest (among
+        ``movable``) with the least of its memory on ``src``.
         """
-        movable = [g for g in floating if g.cpu.get(src, 0.0) *
-                   g.vcpus >= 1 - EPSILON]
-        if not movable:
-            return False
         guest = min(movable, key=lambda g: (
             self.pages(g).get(src, 0.0) / max(g.allocated_mb, 1.0),
             g.name))
         self._move_vcpus(guest, src, dst, 1.0)
         load[src] -= 1.0
         load[dst] += 1.0
-        return True
 
     def _place_task(self, guest: Guest) -> None:
         """NUMA balancing's task placement: a floating guest's vCPUs go

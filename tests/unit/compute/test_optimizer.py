@@ -305,6 +305,43 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual([(0,), (1,), (2,), (3,)], opt.candidates(
             agent.domains['small'], opt.host_model()))
 
+    def test_every_cpu_of_the_host_is_predicted_floating(self):
+        # 12 vCPUs on 8-CPU nodes: both nodes, every CPU of the host, are
+        # a candidate. vCPUs pinned to every CPU are not pinned: they are
+        # predicted where the kernel would run them (Model.spread), not
+        # evenly; a single node keeps the even split.
+        self.hv.add('wide', {1: 4 * GIB}, vcpu_node=0, vcpus=12)
+        agent = self.start()
+        # Pinned by an earlier move (floating, Nova's placement, the
+        # kernel runs them where they run now).
+        agent.restrictions['wide'] = ((), NODE0_CPUS)
+        seen = []
+        real = cost.Model.predict
+
+        def predict(model, changes, *args, **kwargs):
+            seen.append(changes['wide'][0])
+            return real(model, changes, *args, **kwargs)
+
+        floating = {0: 0.25, 1: 0.75}
+        with mock.patch.object(cost.Model, 'spread', autospec=True,
+                               return_value=floating) as spread, \
+                mock.patch.object(cost.Model, 'predict', predict):
+            agent.optimizer.plan(self.clock.now)
+        spread.assert_called_with(mock.ANY, 'wide', (0, 1))
+        self.assertIn(floating, seen)
+        self.assertIn({1: 1.0}, seen)
+        self.assertNotIn({0: 0.5, 1: 0.5}, seen)
+        # Floating already: not moved by a pin to every CPU.
+        del agent.restrictions['wide']
+        seen.clear()
+        with mock.patch.object(cost.Model, 'spread', autospec=True,
+                               return_value=floating) as spread, \
+                mock.patch.object(cost.Model, 'predict', predict):
+            agent.optimizer.plan(self.clock.now)
+        spread.assert_not_called()
+        self.assertNotIn(floating, seen)
+        self.assertNotIn({0: 0.5, 1: 0.5}, seen)
+
     def test_nothing_to_plan_before_guests_are_measured(self):
         self.remote()
         agent = self.start(cycles=2)

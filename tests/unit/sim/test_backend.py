@@ -14,6 +14,7 @@
 import testtools
 
 from nova_numa_overhead.compute import collector as collector_mod
+from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.sim import backend
 from nova_numa_overhead.sim import host as host_mod
 from nova_numa_overhead.sim import model
@@ -142,3 +143,8 @@ class TestAffinity(testtools.TestCase):
                      [c for n in sorted(cpus) for c in cpus[n]])
         self.assertTrue(floating.floating)
         self.assertEqual({3: 1.0}, floating.cpu)
+        # No CPU, or a CPU the host lacks: refused, nothing changed.
+        for bad in ([], [10 ** 6]):
+            self.assertRaises(hv_mod.HypervisorError, hv.pin_vcpus,
+                              domains['floating'], bad)
+        self.assertTrue(floating.floating)

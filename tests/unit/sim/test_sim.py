@@ -223,6 +223,24 @@ class TestKernel(testtools.TestCase):
         host.step(0.0)
         self.assertEqual([40.0, 0.0], host.cpu_load())
 
+    def test_a_node_of_pinned_vcpus_gives_none(self):
+        # Four 8-core nodes: node 0 the busiest with pinned vCPUs only,
+        # node 1 crowded with floating ones: these still spread.
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        for i in range(10):
+            host.add(guest('p%d' % i, node=0, memory_gb=1, vcpus=4),
+                     preallocate=True)
+        for i in range(10):
+            host.add(guest('f%d' % i, node=1, memory_gb=1, vcpus=3,
+                           floating=True), preallocate=True)
+        host.step(0.0)
+        load = host.cpu_load()
+        self.assertEqual(40.0, load[0])
+        self.assertEqual(30.0, sum(load[1:]))
+        busy = load[1:]
+        self.assertLessEqual(max(busy) * 100,
+                             host_mod.IMBALANCE_PCT * min(busy))
+
 
 class TestModel(testtools.TestCase):
 
