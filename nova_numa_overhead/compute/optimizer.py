@@ -762,7 +762,7 @@ class Optimizer:
             without = model.predict(base_changes)
             self._left -= 1
         everywhere = set(agent.topology.node_of_cpu())
-        pinned = bool(agent.restrictions.get(name, ((), ()))[1])
+        floating = None
         for nodes in self.candidates(domain, host):
             if busy.intersection(nodes):
                 continue
@@ -770,9 +770,11 @@ class Optimizer:
             cpu = target
             if everywhere.issubset(self._cpus(domain, nodes)):
                 # Pinned to every CPU of the host is not pinned: the
-                # kernel runs them where it has idle threads (those the
-                # agent pinned), or where it runs them now.
-                cpu = model.spread(name, nodes) if pinned else now_cpu
+                # kernel runs them where they run now if they float
+                # already, else where it has idle threads.
+                if floating is None:
+                    floating = self._floating(domain)
+                cpu = now_cpu if floating else model.spread(name, nodes)
             room = sum(view.free_mb[n] - (taken or {}).get(n, 0.0)
                        for n in nodes)
             variants = []
@@ -813,6 +815,20 @@ class Optimizer:
                                   gain, price, moved, (cpu, memory),
                                   with_memory, effects)
         return best
+
+    def _floating(self, domain) -> bool:
+        """Whether the guest's vCPUs may run on every node with CPUs
+        now (its affinity; where libvirt does not say, unless the agent
+        pinned them).
+        """
+        agent = self.agent
+        try:
+            reach = agent.vcpu_reach(domain)
+        except Exception:
+            reach = None
+        if reach is None:
+            return not agent.restrictions.get(domain.name, ((), ()))[1]
+        return reach >= {n.id for n in agent.topology.nodes if n.cpus}
 
     def _below_floor(self, effects) -> bool:
         """Whether speed changes ``effects`` (name -> after / now) would

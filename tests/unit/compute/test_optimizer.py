@@ -331,16 +331,30 @@ class TestPlan(OptimizerTestCase):
         self.assertIn(floating, seen)
         self.assertIn({1: 1.0}, seen)
         self.assertNotIn({0: 0.5, 1: 0.5}, seen)
-        # Floating already: not moved by a pin to every CPU.
+
+        def spread_called():
+            seen.clear()
+            with mock.patch.object(cost.Model, 'spread', autospec=True,
+                                   return_value=floating) as spread, \
+                    mock.patch.object(cost.Model, 'predict', predict):
+                agent.optimizer.plan(self.clock.now)
+            self.assertNotIn({0: 0.5, 1: 0.5}, seen)
+            self.assertEqual(spread.called, floating in seen)
+            return spread.called
+
+        # Floating already (libvirt does not say; the agent did not pin
+        # it: Nova's placement): its vCPUs stay where they run.
         del agent.restrictions['wide']
-        seen.clear()
-        with mock.patch.object(cost.Model, 'spread', autospec=True,
-                               return_value=floating) as spread, \
-                mock.patch.object(cost.Model, 'predict', predict):
-            agent.optimizer.plan(self.clock.now)
-        spread.assert_not_called()
-        self.assertNotIn(floating, seen)
-        self.assertNotIn({0: 0.5, 1: 0.5}, seen)
+        self.assertFalse(spread_called())
+        # Its affinity says: kept on node 0 (by whatever pinned it), or
+        # every node.
+        self.hv.affinity['wide'] = NODE0_CPUS
+        self.assertTrue(spread_called())
+        self.hv.affinity['wide'] = NODE0_CPUS + NODE1_CPUS
+        self.assertFalse(spread_called())
+        # Its affinity unreadable: as if unknown.
+        self.hv.affinity['wide'] = 'not a list of CPUs'
+        self.assertFalse(spread_called())
 
     def test_nothing_to_plan_before_guests_are_measured(self):
         self.remote()
