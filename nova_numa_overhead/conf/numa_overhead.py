@@ -146,9 +146,7 @@ aggregate. A host's weight is its raw weight (``1 / (1 + planned overhead
 level)``, between 0 and 1) times the multiplier, not stretched over the
 hosts' range: with 1.0, a host at level 0 outweighs one at level 1 by 0.5,
 as much as Nova's RAM weigher puts a host with all its memory free ahead of
-one of the same size with half of it free. On a host where Nova counts more
-vCPUs, the request's included, than CPUs, the raw weight is also
-multiplied by the CPUs over those vCPUs (not for dedicated CPUs).
+one of the same size with half of it free.
 
 Possible values:
 

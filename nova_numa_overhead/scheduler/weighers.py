@@ -15,15 +15,10 @@ A host's raw weight is ``1 / (1 + planned overhead level)`` of the request
 (1.0 when the guest would see no overhead), or ``[numa_overhead]
 weight_of_unknown`` without a fresh report, when the reported free memory
 cannot hold the request or when the planned overhead is not a finite level
-of 0 or more. Where Nova counts more vCPUs on the host, the request's
-included (not for dedicated CPUs), than it has CPUs, the raw weight is
-multiplied by ``vcpus_total / (vcpus_used + the request's vCPUs)``: the
-levels measure memory, not CPU contention, and a host crowded with vCPUs
-shows quiet memory (its guests wait for CPUs). Raw weights lie between 0
-and 1 and Nova takes them as they are (``minval`` 0, ``maxval`` 1: not
-stretched over the range the hosts happen to span, as Nova's RAM and CPU
-weighers anchor theirs at 0), times ``[numa_overhead]
-weight_multiplier``, which aggregate metadata
+of 0 or more. Raw weights lie between 0 and 1 and Nova takes
+them as they are (``minval`` 0, ``maxval`` 1: not stretched over the range
+the hosts happen to span, as Nova's RAM and CPU weighers anchor theirs at
+0), times ``[numa_overhead] weight_multiplier``, which aggregate metadata
 ``numa_overhead_weight_multiplier`` overrides. Hosts a tenth of a level
 apart thus differ by a few hundredths, not by the whole multiplier: the
 weigher adds to Nova's spreading weighers instead of overruling them on
@@ -94,42 +89,14 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
         except Exception:
             LOG.exception('NUMA overhead look-up failed')
             return [unknown] * len(weighed_obj_list)
-        vcpus = _shared_vcpus(weight_properties)
         isfinite = math.isfinite
         # The hot loop of the weigher: one look-up per host, done above.
         # Nova does not clamp what weigh_objects returns: a planned
         # overhead that is not a finite level >= 0 weighs as unknown.
-        out = []
-        append = out.append
-        for state, value in zip(hosts, planned):
-            if value is None or not isfinite(value) or value < 0:
-                append(unknown)
-                continue
-            weight = 1.0 / (1.0 + value)
-            try:
-                total = state.vcpus_total
-                claimed = state.vcpus_used + vcpus
-                if vcpus and total and claimed > total:
-                    # More vCPUs than CPUs: a share of one each.
-                    weight *= total / claimed
-            except Exception:
-                pass
-            append(weight)
-        return out
+        return [1.0 / (1.0 + value)
+                if value is not None and isfinite(value) and value >= 0
+                else unknown for value in planned]
 
     def _weigh_object(self, host_state, weight_properties):
         return self.weigh_objects(
             [weights.WeighedHost(host_state, 0.0)], weight_properties)[0]
-
-
-def _shared_vcpus(spec_obj) -> int:
-    """The request's vCPUs that share the host's CPUs (0 for a guest
-    Nova pins to dedicated CPUs, or when the flavor does not say).
-    """
-    try:
-        flavor = spec_obj.flavor
-        if (flavor.extra_specs or {}).get('hw:cpu_policy') == 'dedicated':
-            return 0
-        return max(int(flavor.vcpus), 0)
-    except Exception:
-        return 0

@@ -68,27 +68,6 @@ class TestNUMAOverheadWeigher(fakes.NovaTestCase):
         self.assertEqual([('high', 0.222), ('low', -0.5)],
                          self.weigh(hosts))
 
-    def test_a_host_with_more_vcpus_than_cpus_weighs_less(self):
-        def hosts(used, total=16):
-            low = fakes.host_state('low')
-            low.vcpus_total, low.vcpus_used = total, used
-            return [low, fakes.host_state('mid')]
-
-        # Level 1 against level 4: 0.5 against 0.2.
-        self.assertEqual([('low', 0.5), ('mid', 0.2)], self.weigh(hosts(14)))
-        # 30 + the request's 2 on 16 CPUs: half a CPU each, 0.25.
-        self.assertEqual([('low', 0.25), ('mid', 0.2)],
-                         self.weigh(hosts(30)))
-        # 62 + 2 on 16: a quarter, 0.125: the quieter memory loses.
-        self.assertEqual([('mid', 0.2), ('low', 0.125)],
-                         self.weigh(hosts(62)))
-        # Dedicated CPUs do not share them; no count of CPUs: as before.
-        dedicated = fakes.spec(extra_specs={'hw:cpu_policy': 'dedicated'})
-        self.assertEqual([('low', 0.5), ('mid', 0.2)],
-                         self.weigh(hosts(62), dedicated))
-        self.assertEqual([('low', 0.5), ('mid', 0.2)],
-                         self.weigh(hosts(62, total=0)))
-
     def test_weights_are_not_stretched_over_the_hosts(self):
         # Nova stretches a weigher's weights over the hosts' range unless
         # the weigher anchors them: two hosts a fraction of a level apart
