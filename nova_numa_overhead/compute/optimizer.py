@@ -761,20 +761,23 @@ class Optimizer:
         if base_changes:
             without = model.predict(base_changes)
             self._left -= 1
-        everywhere = set(agent.topology.node_of_cpu())
-        floating = None
+        allowed = set(agent.nova_cpus.get(name, ()) or
+                      agent.topology.node_of_cpu())
+        pages = agent.opts.enforcement == placer_mod.PAGES
         for nodes in self.candidates(domain, host):
             if busy.intersection(nodes):
                 continue
             target = cost.even(nodes)
             cpu = target
-            if everywhere.issubset(self._cpus(domain, nodes)):
-                # Pinned to every CPU of the host is not pinned: the
-                # kernel runs them where they run now if they float
-                # already, else where it has idle threads.
-                if floating is None:
-                    floating = self._floating(domain)
-                cpu = now_cpu if floating else model.spread(name, nodes)
+            if allowed.issubset(self._cpus(domain, nodes)):
+                # Pinned to every CPU Nova allows is not pinned: the
+                # kernel keeps them where they run (unless crowded, a
+                # gain not counted).
+                cpu = now_cpu
+                if not pages and set(now_mem).issubset(nodes):
+                    # And a nodeset holding all its pages moves none:
+                    # nothing would change.
+                    continue
             room = sum(view.free_mb[n] - (taken or {}).get(n, 0.0)
                        for n in nodes)
             variants = []
@@ -815,20 +818,6 @@ class Optimizer:
                                   gain, price, moved, (cpu, memory),
                                   with_memory, effects)
         return best
-
-    def _floating(self, domain) -> bool:
-        """Whether the guest's vCPUs may run on every node with CPUs
-        now (its affinity; where libvirt does not say, unless the agent
-        pinned them).
-        """
-        agent = self.agent
-        try:
-            reach = agent.vcpu_reach(domain)
-        except Exception:
-            reach = None
-        if reach is None:
-            return not agent.restrictions.get(domain.name, ((), ()))[1]
-        return reach >= {n.id for n in agent.topology.nodes if n.cpus}
 
     def _below_floor(self, effects) -> bool:
         """Whether speed changes ``effects`` (name -> after / now) would

@@ -203,32 +203,6 @@ class Model:
         self._speed_now = {name: self._speed(name, self.now, self._base)
                            for name in self.guests}
 
-    def spread(self, name, nodes) -> dict:
-        """Where the kernel's load balancer would run ``name``'s vCPUs
-        if they floated over ``nodes``: on the threads the other guests
-        leave idle first (most idle first), the rest in proportion to the
-        threads.
-        """
-        g = self.guests[name]
-        own, _mem = self.now[name]
-        demand = self._base['demand']
-        threads = self.host.threads
-        idle = {n: max(threads[n] - (demand[n] - g.vcpus * own.get(n, 0.0)),
-                       0.0) for n in nodes}
-        left = float(g.vcpus)
-        out = dict.fromkeys(nodes, 0.0)
-        while left > 1e-9 and any(v > 1e-9 for v in idle.values()):
-            n = max(idle, key=lambda k: (idle[k], -k))
-            step = min(1.0, left, idle[n])
-            out[n] += step
-            idle[n] -= step
-            left -= step
-        if left > 1e-9:
-            total = sum(threads[n] for n in nodes) or 1.0
-            for n in nodes:
-                out[n] += left * threads[n] / total
-        return {n: v / g.vcpus for n, v in out.items() if v > 1e-9}
-
     # -- node aggregates ----------------------------------------------------
 
     def _aggregates(self, placement, speeds=None, base=None) -> dict:

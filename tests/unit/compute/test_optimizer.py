@@ -305,56 +305,49 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual([(0,), (1,), (2,), (3,)], opt.candidates(
             agent.domains['small'], opt.host_model()))
 
-    def test_every_cpu_of_the_host_is_predicted_floating(self):
+    def test_every_cpu_nova_allows_leaves_the_vcpus_where_they_run(self):
         # 12 vCPUs on 8-CPU nodes: both nodes, every CPU of the host, are
-        # a candidate. vCPUs pinned to every CPU are not pinned: they are
-        # predicted where the kernel would run them (Model.spread), not
-        # evenly; a single node keeps the even split.
+        # a candidate. vCPUs pinned to every CPU Nova allows are not
+        # pinned: predicted where they run (not split evenly), and only
+        # its pages can change, with enforcement = pages.
         self.hv.add('wide', {1: 4 * GIB}, vcpu_node=0, vcpus=12)
-        agent = self.start()
-        # Pinned by an earlier move (floating, Nova's placement, the
-        # kernel runs them where they run now).
-        agent.restrictions['wide'] = ((), NODE0_CPUS)
         seen = []
         real = cost.Model.predict
 
         def predict(model, changes, *args, **kwargs):
-            seen.append(changes['wide'][0])
+            seen.append(changes['wide'])
             return real(model, changes, *args, **kwargs)
 
-        floating = {0: 0.25, 1: 0.75}
-        with mock.patch.object(cost.Model, 'spread', autospec=True,
-                               return_value=floating) as spread, \
-                mock.patch.object(cost.Model, 'predict', predict):
-            agent.optimizer.plan(self.clock.now)
-        spread.assert_called_with(mock.ANY, 'wide', (0, 1))
-        self.assertIn(floating, seen)
-        self.assertIn({1: 1.0}, seen)
-        self.assertNotIn({0: 0.5, 1: 0.5}, seen)
-
-        def spread_called():
+        def plan(agent):
             seen.clear()
-            with mock.patch.object(cost.Model, 'spread', autospec=True,
-                                   return_value=floating) as spread, \
-                    mock.patch.object(cost.Model, 'predict', predict):
-                agent.optimizer.plan(self.clock.now)
-            self.assertNotIn({0: 0.5, 1: 0.5}, seen)
-            self.assertEqual(spread.called, floating in seen)
-            return spread.called
+            with mock.patch.object(cost.Model, 'predict', predict):
+                return agent.optimizer.plan(self.clock.now)
 
-        # Floating already (libvirt does not say; the agent did not pin
-        # it: Nova's placement): its vCPUs stay where they run.
-        del agent.restrictions['wide']
-        self.assertFalse(spread_called())
-        # Its affinity says: kept on node 0 (by whatever pinned it), or
-        # every node.
-        self.hv.affinity['wide'] = NODE0_CPUS
-        self.assertTrue(spread_called())
-        self.hv.affinity['wide'] = NODE0_CPUS + NODE1_CPUS
-        self.assertFalse(spread_called())
-        # Its affinity unreadable: as if unknown.
-        self.hv.affinity['wide'] = 'not a list of CPUs'
-        self.assertFalse(spread_called())
+        even = {0: 0.5, 1: 0.5}
+        agent = self.start()
+        now_cpu = agent.optimizer.loads()[0].cpu
+        self.assertNotEqual(even, now_cpu)
+        # nodeset: widening the nodeset to every node moves no page.
+        actions = plan(agent)
+        self.assertTrue(seen)
+        self.assertNotIn(even, [cpu for cpu, _memory in seen])
+        self.assertNotIn(even, [memory for _cpu, memory in seen])
+        self.assertNotIn((0, 1), [a.nodes for a in actions])
+        # pages: its memory evened, its vCPUs where they run.
+        self.flags(group='numa_overhead_agent', enforcement='pages')
+        agent = self.start()
+        plan(agent)
+        self.assertIn((now_cpu, even), seen)
+        self.assertNotIn(even, [cpu for cpu, _memory in seen])
+        # Nova's CPUs for it: 12 of the 16, over both nodes: all of them
+        # is no pinning either.
+        self.flags(group='numa_overhead_agent', enforcement='nodeset')
+        self.hv.guests['wide'] = dataclasses.replace(
+            self.hv.guests['wide'], nova_cpus=NODE0_CPUS + NODE1_CPUS[:4])
+        agent = self.start()
+        plan(agent)
+        self.assertNotIn(even, [cpu for cpu, _memory in seen])
+        self.assertNotIn(even, [memory for _cpu, memory in seen])
 
     def test_nothing_to_plan_before_guests_are_measured(self):
         self.remote()

@@ -288,31 +288,6 @@ class TestLatencyMatrix(testtools.TestCase):
         self.assertGreater(self.gain(), 0.3)
 
 
-class TestSpread(testtools.TestCase):
-    """Where the kernel would run a guest's floating vCPUs."""
-
-    def test_idle_threads_first(self):
-        # Node 0 has 6 of its 8 threads taken by another guest: a
-        # 4-vCPU guest on node 0 would float to node 1's idle threads
-        # (its own vCPUs do not count against it).
-        m = cost.Model(host(), [core_bound('busy', {0: 1.0}, {0: 1.0}, 6),
-                                core_bound('a', {0: 1.0}, {0: 1.0}, 4)])
-        spread = m.spread('a', (0, 1))
-        self.assertAlmostEqual(1.0, sum(spread.values()))
-        self.assertEqual({1: 1.0}, spread)
-        # Idle threads everywhere: most idle first, one vCPU at a time.
-        m = cost.Model(host(), [core_bound('a', {0: 1.0}, {0: 1.0}, 4)])
-        self.assertEqual({0: 0.5, 1: 0.5}, m.spread('a', (0, 1)))
-
-    def test_no_idle_thread_left(self):
-        # 16 vCPUs of others on 16 threads: the guest's vCPUs share them
-        # in proportion to the threads.
-        m = cost.Model(host(), [core_bound('x', {0: 1.0}, {0: 1.0}, 8),
-                                core_bound('y', {1: 1.0}, {1: 1.0}, 8),
-                                core_bound('a', {0: 1.0}, {0: 1.0}, 4)])
-        self.assertEqual({0: 0.5, 1: 0.5}, m.spread('a', (0, 1)))
-
-
 class TestHelpers(testtools.TestCase):
 
     def test_even(self):

@@ -144,7 +144,7 @@ class TestAffinity(testtools.TestCase):
         self.assertTrue(floating.floating)
         self.assertEqual({3: 1.0}, floating.cpu)
         # No CPU, or a CPU the host lacks: refused, nothing changed.
-        for bad in ([], [10 ** 6]):
+        for bad in ([], [10 ** 6], [cpus[0][0], 10 ** 6]):
             self.assertRaises(hv_mod.HypervisorError, hv.pin_vcpus,
                               domains['floating'], bad)
         self.assertTrue(floating.floating)
