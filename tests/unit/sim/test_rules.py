@@ -41,7 +41,7 @@ KNOWN_BUILTIN = {
     'mixed-12': ('win', 'oracle'),
     'mixed-16': ('win', 'oracle'),
     'mixed-8': ('win',),
-    'phases': ('win',),
+    'phases': ('win', 'oracle'),
     'remote-6': ('win',),
     'sockets-2': ('win', 'oracle'),
     'sockets-8': ('win', 'oracle'),
