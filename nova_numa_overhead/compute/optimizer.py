@@ -483,13 +483,33 @@ class Optimizer:
             bandwidth = state.bandwidth
             measured = sum(total for _local, total in bandwidth.values()) \
                 / 1e6 if bandwidth else None
+            try:
+                reach = self._reach(domain)
+            except hv_mod.DomainGone:
+                continue
             out.append(cost.GuestLoad(
                 name=name, vcpus=domain.vcpus, cpu=cpu, memory=memory,
                 ips=mean.ips, cpi=mean.cps / mean.ips,
                 rpi=mean.rps / mean.ips,
                 mpi=min(mean.mps, mean.rps) / mean.ips, stall=stall,
-                measured_mbps=measured))
+                measured_mbps=measured, reach=reach))
         return out
+
+    def _reach(self, domain) -> tuple:
+        """Nodes between which the kernel balances the guest's vCPUs:
+        those of its affinity where it spans several and neither Nova
+        (dedicated CPUs) nor the agent pinned them to fewer CPUs than
+        Nova allows; () where they stay (or the affinity is unknown).
+        """
+        agent = self.agent
+        if domain.pinned:
+            return ()
+        own = agent.restrictions.get(domain.name, ((), ()))[1]
+        if own and not set(agent.nova_cpus.get(domain.name, ()) or
+                           agent.topology.node_of_cpu()).issubset(own):
+            return ()
+        nodes = agent.vcpu_reach(domain) or ()
+        return tuple(sorted(nodes)) if len(nodes) > 1 else ()
 
     def _learned_stall(self, name, mean) -> float | None:
         """The share of ``name``'s cycles stalled on LLC misses, from the

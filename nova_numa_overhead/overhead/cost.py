@@ -41,7 +41,13 @@ split into a core part and a memory part; a candidate placement changes
   bandwidth from the probe or ``node_bandwidth_mbps``.
 
 Each of these also changes what the guest's neighbours get, so a move is
-scored on the sum of every guest's relative speed change. The constants
+scored on the sum of every guest's relative speed change.
+
+Floating vCPUs (a guest whose vCPUs may run on CPUs of several nodes,
+``GuestLoad.reach``) do not stay where a move crowds them: the kernel's
+load balancer moves them (:meth:`Model.balance`). A guest a move pins
+stays where it is pinned; a guest pinned by Nova or by the agent to one
+node set keeps its split. The constants
 are documented assumptions, not fitted to the simulator; the closed loop
 (:mod:`nova_numa_overhead.compute.optimizer`) undoes what the model
 misjudged.
@@ -66,6 +72,8 @@ RHO_SEEN = 0.8           # utilisation assumed at most where traffic is seen
 QUEUE_KNEE = 3           # latency stays flat at low utilisation
 LINK_FRACTION = 0.4      # link bandwidth / controller bandwidth, unknown
 CACHE_LINE = 64
+IMBALANCE_PCT = 117      # the kernel's imbalance_pct between NUMA nodes
+EPSILON = 1e-9
 MEMORY_INTENSIVE_RPKI = 3.0   # LLC references per 1,000 instructions
 
 
@@ -148,6 +156,9 @@ class GuestLoad:
     stall: float | None = None  # share of cycles stalled, if measured
     #                             (or learned: see the module's doc)
     measured_mbps: float | None = None  # resctrl bandwidth, if measured
+    # Nodes between which the kernel's load balancer moves its vCPUs (a
+    # floating guest: its affinity spans them); () = they stay.
+    reach: tuple = ()
 
     @property
     def intensive(self) -> bool:
@@ -197,11 +208,25 @@ class Model:
         self.host = host
         self.guests = {g.name: g for g in guests}
         self.now = {g.name: (dict(g.cpu), dict(g.memory)) for g in guests}
+        self.reach = {g.name: tuple(sorted(g.reach)) for g in guests
+                      if len(set(g.reach)) > 1}
         self._base = self._aggregates(self.now)
         self.host = host = _carrying(host, self._base)
         self._ref = {name: self._reference(name) for name in self.guests}
         self._speed_now = {name: self._speed(name, self.now, self._base)
                            for name in self.guests}
+        # Predictions compare with now as the kernel's balancer leaves it
+        # (as measured, unless the measured split is not one it would
+        # keep): a change that moves nothing predicts no change.
+        self.settled = self.balance(self.now)
+        if self.settled == self.now:
+            self._settled_base = self._base
+            self._speed_settled = self._speed_now
+        else:
+            self._settled_base = self._aggregates(self.settled)
+            self._speed_settled = {
+                name: self._speed(name, self.settled, self._settled_base)
+                for name in self.guests}
 
     # -- node aggregates ----------------------------------------------------
 
@@ -341,22 +366,37 @@ class Model:
 
     def predict(self, changes: dict, iterations: int = 10) -> dict:
         """Name -> predicted speed / speed now, for the guests a change
-        reaches (those sharing a node with it; the others keep 1.0), when
-        the guests in ``changes`` (name -> (cpu, memory)) move.
+        reaches (those sharing a node with it or whose floating vCPUs the
+        kernel moves; the others keep 1.0), when the guests in
+        ``changes`` (name -> (cpu, memory)) move. A guest whose ``cpu``
+        is not the one measured now is pinned there; with ``cpu`` as
+        measured, a floating guest stays floating.
         """
-        placement = dict(self.now)
-        placement.update(changes)
-        nodes = set()
+        settled = self.settled
+        placement = dict(settled)
+        pinned = set()
         for name, (cpu, mem) in changes.items():
-            cpu0, mem0 = self.now[name]
-            nodes.update(cpu, mem, cpu0, mem0)
+            if name in self.reach and cpu == self.now[name][0]:
+                placement[name] = (settled[name][0], mem)
+            else:
+                placement[name] = (cpu, mem)
+                if cpu != settled[name][0]:
+                    pinned.add(name)
+        if pinned:
+            placement = self.balance(placement, pinned)
+        nodes = set()
+        for name, (cpu, mem) in placement.items():
+            cpu0, mem0 = settled[name]
+            if name in changes or cpu is not cpu0 and cpu != cpu0 or \
+                    mem is not mem0 and mem != mem0:
+                nodes.update(cpu, mem, cpu0, mem0)
         reached = [name for name, (cpu, mem) in placement.items()
                    if nodes.intersection(cpu) or nodes.intersection(mem)]
         # The guests not reached keep their place and speed: their share
         # of the aggregates is today's, summed once.
-        rest = self._aggregates({}, base=self._base)
+        rest = self._aggregates({}, base=self._settled_base)
         for name in reached:
-            cpu0, mem0 = self.now[name]
+            cpu0, mem0 = settled[name]
             self._add(rest, name, cpu0, mem0, 1.0, sign=-1.0)
         moving = {name: placement[name] for name in reached}
         # First at today's traffic, then with the traffic the predicted
@@ -372,11 +412,41 @@ class Model:
                 break
         return ratios
 
+    def balance(self, placement: dict, pinned=()) -> dict:
+        """``placement`` as the kernel's load balancer leaves it: the
+        floating vCPUs (of the guests with a ``reach``, but those in
+        ``pinned``) move, one at a time, from a node with more runnable
+        vCPUs than cores to the nearest node with an idle core; with no
+        idle core left, from the node with the most runnable vCPUs per
+        CPU to the one with the fewest, while the first has more than
+        IMBALANCE_PCT percent of the second's and the move does not
+        overshoot (find_busiest_group and calculate_imbalance between
+        NUMA nodes). The vCPU moved is of the guest with the least of its
+        memory on the busy node. A new dict; the entries not moved are
+        the same objects.
+        """
+        floating = sorted(name for name in self.reach
+                          if name not in pinned and name in placement)
+        if not floating:
+            return placement
+        balancer = _Balancer(self, placement, floating)
+        balancer.to_idle()
+        balancer.between_busy()
+        if not balancer.moved:
+            return placement
+        out = dict(placement)
+        for name in balancer.moved:
+            vcpus = float(self.guests[name].vcpus)
+            out[name] = ({i: c / vcpus
+                          for i, c in sorted(balancer.count[name].items())
+                          if c > EPSILON}, placement[name][1])
+        return out
+
     def _ratios(self, reached, placement, speeds, rest) -> dict:
         agg = self._aggregates(placement, speeds, base=rest)
         out = {}
         for name in reached:
-            now = self._speed_now[name]
+            now = self._speed_settled[name]
             out[name] = self._speed(name, placement, agg) / now \
                 if now > 0 else 1.0
         return out
@@ -386,6 +456,99 @@ class Model:
         the host's throughput, each guest counting once).
         """
         return sum(r - 1.0 for r in self.predict(changes).values())
+
+
+class _Balancer:
+    """:meth:`Model.balance`'s state: runnable vCPUs per node, floating
+    vCPUs per guest and node.
+    """
+
+    def __init__(self, model, placement, floating):
+        self.host = model.host
+        self.reach = model.reach
+        self.placement = placement
+        self.floating = floating
+        n = self.host.size
+        self.load = [0.0] * n
+        for name, (cpu, _mem) in placement.items():
+            vcpus = model.guests[name].vcpus
+            for i, f in cpu.items():
+                self.load[i] += vcpus * f
+        self.count = {}
+        for name in floating:
+            vcpus = model.guests[name].vcpus
+            self.count[name] = {i: vcpus * f
+                                for i, f in placement[name][0].items()}
+        self.steps = int(sum(model.guests[name].vcpus
+                             for name in floating))
+        self.moved = set()
+
+    def _movable(self, src) -> list:
+        return [name for name in self.floating
+                if self.count[name].get(src, 0.0) > EPSILON]
+
+    def _busy(self) -> list:
+        cores = self.host.cores
+        return [i for i in range(self.host.size)
+                if self.load[i] > cores[i] + EPSILON and self._movable(i)]
+
+    def _reachable(self, names, src) -> list:
+        return sorted({i for name in names for i in self.reach[name]
+                       if i != src})
+
+    def _pull(self, names, src, dst) -> None:
+        """One vCPU from ``src`` to ``dst``, of the guest (among
+        ``names``, allowed on ``dst``) with the least memory on ``src``.
+        """
+        names = [name for name in names if dst in self.reach[name]]
+        name = min(names, key=lambda g: (
+            self.placement[g][1].get(src, 0.0), g))
+        count = self.count[name]
+        amount = min(1.0, count[src])
+        count[src] -= amount
+        if count[src] <= EPSILON:
+            del count[src]
+        count[dst] = count.get(dst, 0.0) + amount
+        self.load[src] -= amount
+        self.load[dst] += amount
+        self.moved.add(name)
+
+    def to_idle(self) -> None:
+        load, cores, near = self.load, self.host.cores, self.host.latency
+        for _ in range(self.steps):
+            busy = self._busy()
+            if not busy:
+                return
+            src = max(busy, key=lambda i: (load[i] - cores[i], -i))
+            names = self._movable(src)
+            idle = [i for i in self._reachable(names, src)
+                    if load[i] <= cores[i] - 1.0 + EPSILON]
+            if not idle:
+                return
+            dst = min(idle, key=lambda i: (near[src][i],
+                                           load[i] - cores[i], i))
+            self._pull(names, src, dst)
+
+    def between_busy(self) -> None:
+        load, threads, near = self.load, self.host.threads, \
+            self.host.latency
+        for _ in range(self.steps):
+            busy = self._busy()
+            if not busy:
+                return
+            per = [load[i] / max(threads[i], EPSILON)
+                   for i in range(self.host.size)]
+            src = max(busy, key=lambda i: (per[i], -i))
+            names = self._movable(src)
+            others = self._reachable(names, src)
+            if not others:
+                return
+            dst = min(others, key=lambda i: (per[i], near[src][i], i))
+            if per[src] * 100 <= IMBALANCE_PCT * per[dst] or \
+                    (load[src] - 1.0) / threads[src] < \
+                    (load[dst] + 1.0) / threads[dst]:
+                return
+            self._pull(names, src, dst)
 
 
 def intensive(rpi: float) -> bool:

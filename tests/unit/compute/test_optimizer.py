@@ -505,6 +505,46 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual(0, agent.optimizer.status()['moved'])
 
 
+class TestReach(OptimizerTestCase):
+    """Which guests' vCPUs the cost model lets the kernel balance."""
+
+    def reach(self, agent):
+        return {g.name: g.reach for g in agent.optimizer.loads()}
+
+    def test_an_affinity_over_several_nodes_floats(self):
+        self.remote()
+        self.hv.affinity['a'] = NODE0_CPUS + NODE1_CPUS
+        self.assertEqual({'a': (0, 1)}, self.reach(self.start()))
+
+    def test_one_node_or_an_unknown_affinity_stays(self):
+        self.remote()
+        self.hv.add('b', {0: 4 * GIB}, vcpu_node=0)
+        self.hv.affinity['a'] = NODE0_CPUS
+        self.assertEqual({'a': (), 'b': ()}, self.reach(self.start()))
+
+    def test_pinned_by_nova_stays(self):
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0, pinned=True)
+        self.hv.affinity['a'] = NODE0_CPUS + NODE1_CPUS
+        self.assertEqual({'a': ()}, self.reach(self.start()))
+
+    def test_pinned_by_the_agent_stays_unless_to_every_cpu(self):
+        self.remote()
+        agent = self.start()
+        self.hv.affinity['a'] = NODE0_CPUS + NODE1_CPUS
+        agent.restrictions['a'] = ((), NODE1_CPUS)
+        self.assertEqual({'a': ()}, self.reach(agent))
+        # Its own pin to every CPU Nova allows is no pin.
+        agent.restrictions['a'] = ((1,), NODE0_CPUS + NODE1_CPUS)
+        self.assertEqual({'a': (0, 1)}, self.reach(agent))
+
+    def test_a_guest_gone_while_read_is_left_out(self):
+        self.remote()
+        self.hv.add('b', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        self.hv.vanish_on = ('vcpu_affinity', 'a')
+        self.assertEqual({'b': ()}, self.reach(agent))
+
+
 class TestMovable(OptimizerTestCase):
 
     def names(self, agent, now=None):

@@ -304,3 +304,107 @@ class TestHelpers(testtools.TestCase):
         self.assertEqual(0.0, cost.moved_fraction({0: 0.5, 1: 0.5},
                                                   {1: 0.5, 0: 0.5}))
         self.assertEqual(0.0, cost.moved_fraction({}, {0: 1.0}))
+
+
+def floating(name, cpu, memory, vcpus, reach=(0, 1), **kwargs):
+    g = core_bound(name, cpu, memory, vcpus) if kwargs.pop('core', True) \
+        else guest(name, cpu, memory, vcpus=vcpus, **kwargs)
+    return cost.GuestLoad(**dict(vars(g), reach=tuple(reach)))
+
+
+class TestKernelBalance(testtools.TestCase):
+    """Floating vCPUs move as the kernel's load balancer moves them."""
+
+    def test_an_idle_core_takes_a_crowded_floating_vcpu(self):
+        # 10 vCPUs on node 0's 8 cores, node 1 idle.
+        model = cost.Model(host(), [
+            floating('a', {0: 1.0}, {0: 1.0}, vcpus=6),
+            floating('b', {0: 1.0}, {0: 1.0}, vcpus=4)])
+        settled = model.settled
+        load = [sum(model.guests[g].vcpus * cpu.get(n, 0.0)
+                    for g, (cpu, _m) in settled.items()) for n in (0, 1)]
+        self.assertEqual([8.0, 2.0], load)
+        # Measured split as it is now: the guest of least memory on the
+        # busy node gives first (a tie: by name).
+        self.assertEqual({0: 1.0}, settled['b'][0])
+        self.assertEqual({0: 4 / 6, 1: 2 / 6}, settled['a'][0])
+
+    def test_busy_nodes_even_out_within_imbalance_pct(self):
+        # 24 vCPUs on node 0, 10 on node 1, no idle core anywhere.
+        model = cost.Model(host(), [
+            floating('a', {0: 1.0}, {0: 1.0}, vcpus=24),
+            floating('b', {1: 1.0}, {1: 1.0}, vcpus=10)])
+        cpu = model.settled['a'][0]
+        on0 = 24 * cpu[0] + 0.0
+        on1 = 34 - on0
+        self.assertLessEqual(on0 * 100, cost.IMBALANCE_PCT * on1 + 1e-6)
+        # And not one vCPU further (no overshoot).
+        self.assertGreater((on0 + 1) * 100, cost.IMBALANCE_PCT * (on1 - 1))
+
+    def test_settled_now_predicts_no_change(self):
+        model = cost.Model(host(), [
+            floating('a', {0: 1.0}, {0: 1.0}, vcpus=6),
+            floating('b', {0: 1.0}, {0: 1.0}, vcpus=4)])
+        ratios = model.predict({'a': model.now['a']})
+        for ratio in ratios.values():
+            self.assertAlmostEqual(1.0, ratio)
+
+    def test_pinning_next_to_floating_guests_moves_them_away(self):
+        # Node 0: a floating guest of 8 vCPUs; node 1: 4. Pinning a
+        # guest of 4 vCPUs from node 1 to node 0 crowds node 0 only until
+        # the kernel moves floating vCPUs to node 1's idle cores.
+        guests = [floating('f', {0: 1.0}, {0: 1.0}, vcpus=8),
+                  floating('g', {1: 1.0}, {1: 1.0}, vcpus=4),
+                  core_bound('p', {1: 1.0}, {1: 1.0}, vcpus=4)]
+        model = cost.Model(host(), guests)
+        ratios = model.predict({'p': LOCAL0})
+        # 16 vCPUs on 16 cores in the end: nobody waits for a core.
+        for name in ('f', 'g', 'p'):
+            self.assertAlmostEqual(1.0, ratios[name], places=3)
+        # Without the balancer (nothing floats), node 0 is crowded.
+        fixed = cost.Model(host(), [dataclasses_replace(g, reach=())
+                                    for g in guests])
+        crowded = fixed.predict({'p': LOCAL0})
+        self.assertAlmostEqual(8 / 12, crowded['f'], places=2)
+        self.assertAlmostEqual(8 / 12, crowded['p'], places=2)
+
+    def test_the_moved_guest_is_pinned_where_the_change_puts_it(self):
+        # A floating guest moved to node 0 stays there, crowded, while
+        # the other floating guest leaves for the idle node.
+        model = cost.Model(host(), [
+            floating('a', {1: 1.0}, {1: 1.0}, vcpus=8),
+            floating('b', {0: 1.0}, {0: 1.0}, vcpus=8)])
+        model.predict({'a': LOCAL0})
+        placement = model.balance(dict(model.settled, a=LOCAL0), {'a'})
+        self.assertEqual({0: 1.0}, placement['a'][0])
+        self.assertEqual({1: 1.0}, placement['b'][0])
+
+    def test_a_floating_guest_keeps_floating_with_its_cpu_unchanged(self):
+        # A memory move of a floating guest: its vCPUs are the kernel's.
+        model = cost.Model(host(), [
+            floating('a', {0: 1.0}, {0: 1.0}, vcpus=6),
+            floating('b', {0: 1.0}, {0: 1.0}, vcpus=4)])
+        ratios = model.predict({'b': ({0: 1.0}, {1: 1.0})})
+        self.assertIn('b', ratios)
+        self.assertEqual(model.settled['a'], model.balance(
+            dict(model.settled), ())['a'])
+
+    def test_reach_bounds_the_nodes_its_vcpus_go_to(self):
+        # Three nodes, node 0 crowded; the guest may only use 0 and 1.
+        model = cost.Model(host(nodes=3), [
+            floating('a', {0: 1.0}, {0: 1.0}, vcpus=12, reach=(0, 1)),
+            core_bound('p', {1: 1.0}, {1: 1.0}, vcpus=8)])
+        # Node 2's idle cores are out of reach: node 1, full with a
+        # pinned guest, takes what evens the two within IMBALANCE_PCT.
+        self.assertEqual({0: 10 / 12, 1: 2 / 12}, model.settled['a'][0])
+
+    def test_pinned_guests_never_move(self):
+        model = cost.Model(host(), [
+            core_bound('a', {0: 1.0}, {0: 1.0}, vcpus=12),
+            floating('b', {1: 1.0}, {1: 1.0}, vcpus=1)])
+        self.assertEqual({0: 1.0}, model.settled['a'][0])
+        self.assertEqual({1: 1.0}, model.settled['b'][0])
+
+
+def dataclasses_replace(g, **kwargs):
+    return cost.GuestLoad(**dict(vars(g), **kwargs))
