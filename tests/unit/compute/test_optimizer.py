@@ -537,6 +537,24 @@ class TestReach(OptimizerTestCase):
         agent.restrictions['a'] = ((1,), NODE0_CPUS + NODE1_CPUS)
         self.assertEqual({'a': (0, 1)}, self.reach(agent))
 
+    def test_floating_neighbours_make_room_for_a_move(self):
+        # 'a' runs on node 0, its memory on node 1, and node 0 has no room
+        # for its memory: its vCPUs may only join 'f' (8 vCPUs) on node
+        # 1's 8 CPUs. Kept where they are, f's vCPUs would be crowded
+        # below guest_floor: no move. Floating, the kernel moves two of
+        # them to node 0's idle CPUs, and the move is made.
+        self.remote()
+        self.hv.add('f', {1: 4 * GIB}, vcpu_node=1, vcpus=8)
+        self.hv.add('c', {0: 60 * GIB}, vcpu_node=0, pinned=True)
+        agent = self.start()
+        self.assertEqual([], agent.optimizer.plan(self.clock.now))
+        self.hv.affinity['f'] = NODE0_CPUS + NODE1_CPUS
+        actions = agent.optimizer.plan(self.clock.now)
+        self.assertEqual([('a', (1,), 0.0)],
+                         [(a.guest, a.nodes, a.moved_mb) for a in actions])
+        self.assertGreater(actions[0].effects['f'],
+                           self.conf.numa_overhead_agent.guest_floor)
+
     def test_a_guest_gone_while_read_is_left_out(self):
         self.remote()
         self.hv.add('b', {0: 4 * GIB}, vcpu_node=0)
