@@ -61,9 +61,13 @@ class Clock:
 def make_agent(guests, rng):
     hv = fakes.FakeHypervisor(nodes=NODES, cpus_per_node=8,
                               memory_mb=512 * GIB)
+    every_cpu = tuple(range(NODES * 8))
     for i in range(guests):
-        hv.add('instance-%05d' % i, {rng.randrange(NODES): 2 * GIB},
+        name = 'instance-%05d' % i
+        hv.add(name, {rng.randrange(NODES): 2 * GIB},
                vcpu_node=rng.randrange(NODES), vcpus=4)
+        # Floating: the cost model balances their vCPUs as the kernel.
+        hv.affinity[name] = every_cpu
     conf = plugin_conf.register_opts(cfg.ConfigOpts())
     conf([])
     conf.set_override('enforcement', 'advisory', 'numa_overhead_agent')
