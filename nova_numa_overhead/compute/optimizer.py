@@ -240,7 +240,8 @@ class Action:
     gain: float
     cost: float
     moved_mb: float
-    predicted: tuple          # (cpu, memory): node -> fraction
+    # (cpu, memory): node -> fraction; cpu None: left to the kernel
+    predicted: tuple
     with_memory: bool = True  # False: vCPUs alone, pages stay
     # name -> predicted speed after / before, for the guests it reaches
     effects: dict = dataclasses.field(default_factory=dict)
@@ -500,6 +501,9 @@ class Optimizer:
         those of its affinity where it spans several and neither Nova
         (dedicated CPUs) nor the agent pinned them to fewer CPUs than
         Nova allows; () where they stay (or the affinity is unknown).
+        An agent's pin over several nodes keeps its split, as the model
+        predicted it when the move was chosen (and as the simulator keeps
+        it; the kernel would balance within it).
         """
         agent = self.agent
         if domain.pinned:
@@ -789,10 +793,11 @@ class Optimizer:
                 continue
             target = cost.even(nodes)
             cpu = target
-            if allowed.issubset(self._cpus(domain, nodes)):
+            kernel = allowed.issubset(self._cpus(domain, nodes))
+            if kernel:
                 # Pinned to every CPU Nova allows is not pinned: the
-                # kernel keeps them where they run (unless crowded, a
-                # gain not counted).
+                # kernel keeps them where they run, balanced (cpu None
+                # to the model).
                 cpu = now_cpu
                 if not pages and set(now_mem).issubset(nodes):
                     # And a nodeset holding all its pages moves none:
@@ -818,7 +823,7 @@ class Optimizer:
                     continue
                 self._left -= 1
                 changes = dict(base_changes)
-                changes[name] = (cpu, memory)
+                changes[name] = (None if kernel else cpu, memory)
                 ratios = model.predict(changes)
                 # The floor on the ratios to now: with the moves chosen
                 # earlier in this pass.
@@ -835,7 +840,7 @@ class Optimizer:
                 score = gain - price / horizon
                 if best is None or score > best.gain - best.cost / horizon:
                     best = Action(name, nodes, self._cpus(domain, nodes),
-                                  gain, price, moved, (cpu, memory),
+                                  gain, price, moved, changes[name],
                                   with_memory, effects)
         return best
 
@@ -870,8 +875,8 @@ class Optimizer:
         if moved < touched * MIN_SHIFT:
             return None
         model = cost.Model(self.host_model(), loads)
-        cpu_now, _mem = model.now[name]
-        gain = self.trust * model.gain({name: (cpu_now, target)})
+        # Its vCPUs stay the kernel's.
+        gain = self.trust * model.gain({name: (None, target)})
         rate = self._rate()
         price = moved / rate * MOVE_COST
         if gain * self.opts.payback_horizon >= self.opts.gain_margin * price:

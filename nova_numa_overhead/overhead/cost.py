@@ -45,12 +45,15 @@ scored on the sum of every guest's relative speed change.
 
 Floating vCPUs (a guest whose vCPUs may run on CPUs of several nodes,
 ``GuestLoad.reach``) do not stay where a move crowds them: the kernel's
-load balancer moves them (:meth:`Model.balance`). A guest a move pins
-stays where it is pinned; a guest pinned by Nova or by the agent to one
-node set keeps its split. The constants
-are documented assumptions, not fitted to the simulator; the closed loop
-(:mod:`nova_numa_overhead.compute.optimizer`) undoes what the model
-misjudged.
+load balancer moves them (:meth:`Model.balance`). A guest a change pins
+stays where it is pinned; a change may also leave a guest's vCPUs to the
+kernel (``cpu`` None). A guest pinned by Nova, or by the agent to fewer
+CPUs than Nova allows (several nodes included: the simulator keeps such a
+split too, where the kernel would balance within it), keeps its split.
+
+The constants are documented assumptions, not fitted to the simulator;
+the closed loop (:mod:`nova_numa_overhead.compute.optimizer`) undoes what
+the model misjudged.
 """
 
 import dataclasses
@@ -208,8 +211,13 @@ class Model:
         self.host = host
         self.guests = {g.name: g for g in guests}
         self.now = {g.name: (dict(g.cpu), dict(g.memory)) for g in guests}
-        self.reach = {g.name: tuple(sorted(g.reach)) for g in guests
-                      if len(set(g.reach)) > 1}
+        # Nodes the host has CPUs on: the only ones vCPUs can go to.
+        usable = {i for i in range(host.size) if host.threads[i] > 0}
+        self.reach = {}
+        for g in guests:
+            reach = tuple(sorted(usable.intersection(g.reach)))
+            if len(reach) > 1:
+                self.reach[g.name] = reach
         self._base = self._aggregates(self.now)
         self.host = host = _carrying(host, self._base)
         self._ref = {name: self._reference(name) for name in self.guests}
@@ -368,20 +376,19 @@ class Model:
         """Name -> predicted speed / speed now, for the guests a change
         reaches (those sharing a node with it or whose floating vCPUs the
         kernel moves; the others keep 1.0), when the guests in
-        ``changes`` (name -> (cpu, memory)) move. A guest whose ``cpu``
-        is not the one measured now is pinned there; with ``cpu`` as
-        measured, a floating guest stays floating.
+        ``changes`` (name -> (cpu, memory)) move. A ``cpu`` pins the
+        guest's vCPUs there; None leaves them to the kernel (where they
+        run, balanced if the guest has a reach).
         """
         settled = self.settled
         placement = dict(settled)
         pinned = set()
         for name, (cpu, mem) in changes.items():
-            if name in self.reach and cpu == self.now[name][0]:
+            if cpu is None:
                 placement[name] = (settled[name][0], mem)
             else:
                 placement[name] = (cpu, mem)
-                if cpu != settled[name][0]:
-                    pinned.add(name)
+                pinned.add(name)
         if pinned:
             placement = self.balance(placement, pinned)
         nodes = set()
@@ -412,26 +419,30 @@ class Model:
                 break
         return ratios
 
-    def balance(self, placement: dict, pinned=()) -> dict:
+    def balance(self, placement: dict, pinned: set | tuple = ()) -> dict:
         """``placement`` as the kernel's load balancer leaves it: the
         floating vCPUs (of the guests with a ``reach``, but those in
-        ``pinned``) move, one at a time, from a node with more runnable
-        vCPUs than cores to the nearest node with an idle core; with no
-        idle core left, from the node with the most runnable vCPUs per
-        CPU to the one with the fewest, while the first has more than
-        IMBALANCE_PCT percent of the second's and the move does not
-        overshoot (find_busiest_group and calculate_imbalance between
-        NUMA nodes). The vCPU moved is of the guest with the least of its
-        memory on the busy node. A new dict; the entries not moved are
-        the same objects.
+        ``pinned``) move, a whole vCPU at a time, from a node with more
+        runnable vCPUs than cores to the nearest node with an idle core;
+        with no idle core left, from the node with the most runnable
+        vCPUs per CPU to the one with the fewest, while the first has
+        more than IMBALANCE_PCT percent of the second's and the move does
+        not overshoot (find_busiest_group and calculate_imbalance between
+        NUMA nodes); a node whose floating vCPUs cannot go anywhere is
+        passed over (LBF_ALL_PINNED). Until no such move is left: the
+        result is balanced again unchanged. The vCPU moved is of the
+        guest with the least of its memory on the busy node. As the
+        simulator's kernel: every vCPU counts as runnable (the kernel
+        weighs runnable load, an idle vCPU little) and a node is idle
+        while a core is (the kernel counts hardware threads). A new dict;
+        the entries not moved are the same objects.
         """
         floating = sorted(name for name in self.reach
                           if name not in pinned and name in placement)
         if not floating:
             return placement
         balancer = _Balancer(self, placement, floating)
-        balancer.to_idle()
-        balancer.between_busy()
+        balancer.run()
         if not balancer.moved:
             return placement
         out = dict(placement)
@@ -460,14 +471,13 @@ class Model:
 
 class _Balancer:
     """:meth:`Model.balance`'s state: runnable vCPUs per node, floating
-    vCPUs per guest and node.
+    vCPUs per guest and node, the guests with a whole vCPU on each node.
     """
 
     def __init__(self, model, placement, floating):
         self.host = model.host
         self.reach = model.reach
         self.placement = placement
-        self.floating = floating
         n = self.host.size
         self.load = [0.0] * n
         for name, (cpu, _mem) in placement.items():
@@ -475,80 +485,87 @@ class _Balancer:
             for i, f in cpu.items():
                 self.load[i] += vcpus * f
         self.count = {}
+        self.on = [set() for _ in range(n)]
         for name in floating:
             vcpus = model.guests[name].vcpus
             self.count[name] = {i: vcpus * f
                                 for i, f in placement[name][0].items()}
-        self.steps = int(sum(model.guests[name].vcpus
-                             for name in floating))
+            for i in self.count[name]:
+                self._update(name, i)
+        # Each move evens the load: a bound, never reached.
+        self.steps = 2 * int(sum(model.guests[name].vcpus
+                                 for name in floating)) + 1
         self.moved = set()
 
-    def _movable(self, src) -> list:
-        return [name for name in self.floating
-                if self.count[name].get(src, 0.0) > EPSILON]
+    def _update(self, name, node) -> None:
+        if self.count[name].get(node, 0.0) >= 1.0 - EPSILON:
+            self.on[node].add(name)
+        else:
+            self.on[node].discard(name)
+
+    def run(self) -> None:
+        for _ in range(self.steps):
+            if not (self._to_idle() or self._between_busy()):
+                return
 
     def _busy(self) -> list:
         cores = self.host.cores
         return [i for i in range(self.host.size)
-                if self.load[i] > cores[i] + EPSILON and self._movable(i)]
+                if self.load[i] > cores[i] + EPSILON and self.on[i]]
 
-    def _reachable(self, names, src) -> list:
-        return sorted({i for name in names for i in self.reach[name]
+    def _reachable(self, src) -> list:
+        return sorted({i for name in self.on[src] for i in self.reach[name]
                        if i != src})
 
-    def _pull(self, names, src, dst) -> None:
-        """One vCPU from ``src`` to ``dst``, of the guest (among
-        ``names``, allowed on ``dst``) with the least memory on ``src``.
+    def _pull(self, src, dst) -> None:
+        """One vCPU from ``src`` to ``dst``, of the guest (with a whole
+        vCPU on ``src`` and allowed on ``dst``) with the least memory on
+        ``src``.
         """
-        names = [name for name in names if dst in self.reach[name]]
+        names = [name for name in self.on[src] if dst in self.reach[name]]
         name = min(names, key=lambda g: (
             self.placement[g][1].get(src, 0.0), g))
         count = self.count[name]
-        amount = min(1.0, count[src])
-        count[src] -= amount
+        count[src] -= 1.0
         if count[src] <= EPSILON:
             del count[src]
-        count[dst] = count.get(dst, 0.0) + amount
-        self.load[src] -= amount
-        self.load[dst] += amount
+        count[dst] = count.get(dst, 0.0) + 1.0
+        self.load[src] -= 1.0
+        self.load[dst] += 1.0
+        self._update(name, src)
+        self._update(name, dst)
         self.moved.add(name)
 
-    def to_idle(self) -> None:
+    def _to_idle(self) -> bool:
         load, cores, near = self.load, self.host.cores, self.host.latency
-        for _ in range(self.steps):
-            busy = self._busy()
-            if not busy:
-                return
-            src = max(busy, key=lambda i: (load[i] - cores[i], -i))
-            names = self._movable(src)
-            idle = [i for i in self._reachable(names, src)
+        for src in sorted(self._busy(),
+                          key=lambda i: (-(load[i] - cores[i]), i)):
+            idle = [i for i in self._reachable(src)
                     if load[i] <= cores[i] - 1.0 + EPSILON]
-            if not idle:
-                return
-            dst = min(idle, key=lambda i: (near[src][i],
-                                           load[i] - cores[i], i))
-            self._pull(names, src, dst)
+            if idle:
+                dst = min(idle, key=lambda i: (near[src][i],
+                                               load[i] - cores[i], i))
+                self._pull(src, dst)
+                return True
+        return False
 
-    def between_busy(self) -> None:
+    def _between_busy(self) -> bool:
         load, threads, near = self.load, self.host.threads, \
             self.host.latency
-        for _ in range(self.steps):
-            busy = self._busy()
-            if not busy:
-                return
-            per = [load[i] / max(threads[i], EPSILON)
-                   for i in range(self.host.size)]
-            src = max(busy, key=lambda i: (per[i], -i))
-            names = self._movable(src)
-            others = self._reachable(names, src)
+        per = [load[i] / max(threads[i], EPSILON)
+               for i in range(self.host.size)]
+        for src in sorted(self._busy(), key=lambda i: (-per[i], i)):
+            others = self._reachable(src)
             if not others:
-                return
+                continue
             dst = min(others, key=lambda i: (per[i], near[src][i], i))
-            if per[src] * 100 <= IMBALANCE_PCT * per[dst] or \
-                    (load[src] - 1.0) / threads[src] < \
-                    (load[dst] + 1.0) / threads[dst]:
-                return
-            self._pull(names, src, dst)
+            if per[src] * 100 > IMBALANCE_PCT * per[dst] + EPSILON and \
+                    (load[src] - 1.0) / max(threads[src], EPSILON) >= \
+                    (load[dst] + 1.0) / max(threads[dst], EPSILON) - \
+                    EPSILON:
+                self._pull(src, dst)
+                return True
+        return False
 
 
 def intensive(rpi: float) -> bool:

@@ -10,6 +10,9 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import dataclasses
+import random
+
 import testtools
 
 from nova_numa_overhead.overhead import cost
@@ -307,9 +310,14 @@ class TestHelpers(testtools.TestCase):
 
 
 def floating(name, cpu, memory, vcpus, reach=(0, 1), **kwargs):
-    g = core_bound(name, cpu, memory, vcpus) if kwargs.pop('core', True) \
-        else guest(name, cpu, memory, vcpus=vcpus, **kwargs)
-    return cost.GuestLoad(**dict(vars(g), reach=tuple(reach)))
+    g = core_bound(name, cpu, memory, vcpus)
+    return dataclasses.replace(g, reach=tuple(reach), **kwargs)
+
+
+def load_of(model, placement):
+    return [sum(model.guests[g].vcpus * cpu.get(n, 0.0)
+                for g, (cpu, _m) in placement.items())
+            for n in range(model.host.size)]
 
 
 class TestKernelBalance(testtools.TestCase):
@@ -321,33 +329,75 @@ class TestKernelBalance(testtools.TestCase):
             floating('a', {0: 1.0}, {0: 1.0}, vcpus=6),
             floating('b', {0: 1.0}, {0: 1.0}, vcpus=4)])
         settled = model.settled
-        load = [sum(model.guests[g].vcpus * cpu.get(n, 0.0)
-                    for g, (cpu, _m) in settled.items()) for n in (0, 1)]
-        self.assertEqual([8.0, 2.0], load)
-        # Measured split as it is now: the guest of least memory on the
-        # busy node gives first (a tie: by name).
+        self.assertEqual([8.0, 2.0], load_of(model, settled))
+        # The guest of least memory on the busy node gives first (a tie:
+        # by name).
         self.assertEqual({0: 1.0}, settled['b'][0])
         self.assertEqual({0: 4 / 6, 1: 2 / 6}, settled['a'][0])
+
+    def test_the_nearest_idle_node_takes_them(self):
+        # Three nodes, node 2 nearer node 0 than node 1 is.
+        distances = ((10, 30, 20), (30, 10, 30), (20, 30, 10))
+        model = cost.Model(
+            cost.HostModel.build([8] * 3, distances, 20000.0),
+            [floating('a', {0: 1.0}, {0: 1.0}, vcpus=10,
+                      reach=(0, 1, 2))])
+        self.assertEqual({0: 0.8, 2: 0.2}, model.settled['a'][0])
+
+    def test_an_idle_core_not_an_idle_thread(self):
+        # 8 cores of 16 threads per node: a node with a core free takes
+        # vCPUs from one whose cores are all busy (as the simulated
+        # kernel; the kernel counts threads).
+        model = cost.Model(host(cpus=16, cores=[8, 8]), [
+            floating('a', {0: 1.0}, {0: 1.0}, vcpus=14)])
+        self.assertEqual([8.0, 6.0], load_of(model, model.settled))
 
     def test_busy_nodes_even_out_within_imbalance_pct(self):
         # 24 vCPUs on node 0, 10 on node 1, no idle core anywhere.
         model = cost.Model(host(), [
             floating('a', {0: 1.0}, {0: 1.0}, vcpus=24),
             floating('b', {1: 1.0}, {1: 1.0}, vcpus=10)])
-        cpu = model.settled['a'][0]
-        on0 = 24 * cpu[0] + 0.0
-        on1 = 34 - on0
+        on0, on1 = load_of(model, model.settled)
         self.assertLessEqual(on0 * 100, cost.IMBALANCE_PCT * on1 + 1e-6)
         # And not one vCPU further (no overshoot).
         self.assertGreater((on0 + 1) * 100, cost.IMBALANCE_PCT * (on1 - 1))
+        self.assertEqual([18.0, 16.0], [on0, on1])
+
+    def test_no_move_that_overshoots(self):
+        # 11 and 9 vCPUs on 8-thread nodes: 137.5% is past 117%, but a
+        # vCPU moved would leave 10 and 10... and 11 -> 10 vs 9 -> 10 is
+        # no overshoot; 10 and 9 (125%) moved would give 9 and 10: kept.
+        model = cost.Model(host(), [
+            floating('a', {0: 1.0}, {0: 1.0}, vcpus=10),
+            floating('b', {1: 1.0}, {1: 1.0}, vcpus=9)])
+        self.assertEqual([10.0, 9.0], load_of(model, model.settled))
+
+    def test_settled_is_balanced_again_unchanged(self):
+        # Random hosts and guests: balancing the settled placement moves
+        # nothing (else a change would be credited with it).
+        rng = random.Random(7)
+        for _ in range(200):
+            nodes = rng.choice((2, 3))
+            guests = []
+            for i in range(rng.randrange(1, 8)):
+                node = rng.randrange(nodes)
+                vcpus = rng.randrange(1, 12)
+                reach = tuple(sorted(rng.sample(range(nodes),
+                                                rng.randrange(1, nodes + 1))))
+                guests.append(floating('g%d' % i, {node: 1.0}, {node: 1.0},
+                                       vcpus=vcpus, reach=reach))
+            model = cost.Model(host(nodes=nodes, cpus=rng.choice((4, 8))),
+                               guests)
+            self.assertEqual(model.settled, model.balance(model.settled))
 
     def test_settled_now_predicts_no_change(self):
         model = cost.Model(host(), [
             floating('a', {0: 1.0}, {0: 1.0}, vcpus=6),
             floating('b', {0: 1.0}, {0: 1.0}, vcpus=4)])
-        ratios = model.predict({'a': model.now['a']})
-        for ratio in ratios.values():
-            self.assertAlmostEqual(1.0, ratio)
+        for change in ((None, {0: 1.0}), model.settled['a']):
+            ratios = model.predict({'a': change})
+            for ratio in ratios.values():
+                self.assertAlmostEqual(1.0, ratio)
 
     def test_pinning_next_to_floating_guests_moves_them_away(self):
         # Node 0: a floating guest of 8 vCPUs; node 1: 4. Pinning a
@@ -362,32 +412,42 @@ class TestKernelBalance(testtools.TestCase):
         for name in ('f', 'g', 'p'):
             self.assertAlmostEqual(1.0, ratios[name], places=3)
         # Without the balancer (nothing floats), node 0 is crowded.
-        fixed = cost.Model(host(), [dataclasses_replace(g, reach=())
+        fixed = cost.Model(host(), [dataclasses.replace(g, reach=())
                                     for g in guests])
         crowded = fixed.predict({'p': LOCAL0})
         self.assertAlmostEqual(8 / 12, crowded['f'], places=2)
         self.assertAlmostEqual(8 / 12, crowded['p'], places=2)
 
-    def test_the_moved_guest_is_pinned_where_the_change_puts_it(self):
-        # A floating guest moved to node 0 stays there, crowded, while
-        # the other floating guest leaves for the idle node.
+    def test_a_pin_stays_even_where_the_guest_runs_now(self):
+        # 'a' floats on node 0 with 'b'; 'c' is pinned onto node 0 too.
+        # With 'a' pinned to node 0 (where it runs), 'b' leaves for node
+        # 1; with 'a' left to the kernel, 'a' leaves (least memory there).
         model = cost.Model(host(), [
-            floating('a', {1: 1.0}, {1: 1.0}, vcpus=8),
-            floating('b', {0: 1.0}, {0: 1.0}, vcpus=8)])
-        model.predict({'a': LOCAL0})
-        placement = model.balance(dict(model.settled, a=LOCAL0), {'a'})
+            floating('a', {0: 1.0}, {1: 1.0}, vcpus=4),
+            floating('b', {0: 1.0}, {0: 1.0}, vcpus=4),
+            core_bound('c', {1: 1.0}, {1: 1.0}, vcpus=4)])
+        pinned = model.predict({'a': ({0: 1.0}, {1: 1.0}), 'c': LOCAL0})
+        kernel = model.predict({'a': (None, {1: 1.0}), 'c': LOCAL0})
+        self.assertLess(pinned['a'], kernel['a'])
+        placement = model.balance(dict(model.settled, c=LOCAL0), {'a', 'c'})
         self.assertEqual({0: 1.0}, placement['a'][0])
         self.assertEqual({1: 1.0}, placement['b'][0])
+        placement = model.balance(dict(model.settled, c=LOCAL0), {'c'})
+        self.assertEqual({1: 1.0}, placement['a'][0])
+        self.assertEqual({0: 1.0}, placement['b'][0])
 
-    def test_a_floating_guest_keeps_floating_with_its_cpu_unchanged(self):
-        # A memory move of a floating guest: its vCPUs are the kernel's.
+    def test_a_floating_guest_left_to_the_kernel_stays_floating(self):
+        # A memory move of a floating guest (cpu None): its vCPUs are the
+        # kernel's and move when a pin crowds their node.
         model = cost.Model(host(), [
             floating('a', {0: 1.0}, {0: 1.0}, vcpus=6),
-            floating('b', {0: 1.0}, {0: 1.0}, vcpus=4)])
-        ratios = model.predict({'b': ({0: 1.0}, {1: 1.0})})
-        self.assertIn('b', ratios)
-        self.assertEqual(model.settled['a'], model.balance(
-            dict(model.settled), ())['a'])
+            core_bound('p', {1: 1.0}, {1: 1.0}, vcpus=6)])
+        ratios = model.predict({'a': (None, {1: 1.0}), 'p': LOCAL0})
+        self.assertIn('a', ratios)
+        placement = model.balance(
+            dict(model.settled, a=(model.settled['a'][0], {1: 1.0}),
+                 p=LOCAL0), {'p'})
+        self.assertEqual({0: 2 / 6, 1: 4 / 6}, placement['a'][0])
 
     def test_reach_bounds_the_nodes_its_vcpus_go_to(self):
         # Three nodes, node 0 crowded; the guest may only use 0 and 1.
@@ -398,13 +458,36 @@ class TestKernelBalance(testtools.TestCase):
         # pinned guest, takes what evens the two within IMBALANCE_PCT.
         self.assertEqual({0: 10 / 12, 1: 2 / 12}, model.settled['a'][0])
 
+    def test_a_busy_node_that_cannot_give_is_passed_over(self):
+        # Node 0's floating guest may not leave it; node 2's may go to
+        # node 3 (idle): the balancer does not stop at node 0.
+        slit4 = tuple(tuple(10 if i == j else 21 for j in range(4))
+                      for i in range(4))
+        model = cost.Model(cost.HostModel.build([8] * 4, slit4, 20000.0), [
+            floating('a', {0: 1.0}, {0: 1.0}, vcpus=12, reach=(0, 1)),
+            core_bound('p', {1: 1.0}, {1: 1.0}, vcpus=8),
+            floating('b', {2: 1.0}, {2: 1.0}, vcpus=10, reach=(2, 3))])
+        self.assertEqual({2: 0.8, 3: 0.2}, model.settled['b'][0])
+
+    def test_a_fraction_of_a_vcpu_does_not_move(self):
+        # Measured over a window, 1.5 vCPUs on node 1 (4 CPUs, with a
+        # pinned guest of 4): one moves; the half left is no task to move,
+        # though node 1 stays over its cores.
+        model = cost.Model(host(cpus=4), [
+            floating('a', {0: 0.625, 1: 0.375}, {0: 1.0}, vcpus=4),
+            core_bound('p', {1: 1.0}, {1: 1.0}, vcpus=4)])
+        self.assertEqual({0: 0.875, 1: 0.125}, model.settled['a'][0])
+
+    def test_nodes_without_cpus_are_out_of_reach(self):
+        model = cost.Model(
+            cost.HostModel.build([8, 0], SLIT2, 20000.0),
+            [floating('a', {0: 1.0}, {0: 1.0}, vcpus=12)])
+        self.assertEqual({}, model.reach)
+        self.assertEqual({0: 1.0}, model.settled['a'][0])
+
     def test_pinned_guests_never_move(self):
         model = cost.Model(host(), [
             core_bound('a', {0: 1.0}, {0: 1.0}, vcpus=12),
             floating('b', {1: 1.0}, {1: 1.0}, vcpus=1)])
         self.assertEqual({0: 1.0}, model.settled['a'][0])
         self.assertEqual({1: 1.0}, model.settled['b'][0])
-
-
-def dataclasses_replace(g, **kwargs):
-    return cost.GuestLoad(**dict(vars(g), **kwargs))
