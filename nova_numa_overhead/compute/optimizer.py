@@ -47,7 +47,11 @@ undo) when the
 sum of their relative changes is below ``-undo_threshold``, when those
 nodes run fewer instructions per second in all by more than
 ``undo_threshold``, or when the guest itself lost more than
-``WORST_FACTOR`` times it. No verdict (``unjudged``) for a guest measured
+``WORST_FACTOR`` times it; but not where the undo would strand the
+guest (its old nodes having room for less than STRANDED of the memory it
+had there: its vCPUs would run away from most of its pages): the move
+then stays, counted as ``stranded``, the guest backed off as after an
+undo. No verdict (``unjudged``) for a guest measured
 fewer than ``loop_window`` samples before its move, nor across a change of
 its workload (its LLC references per instruction changing class by PHASE
 or more: another phase, not the move; a neighbour in that case is left
@@ -104,6 +108,8 @@ MIN_SHIFT = 0.05         # share of a guest's pages worth a move
 PREDICTIONS = 400
 ADVICE_INTERVAL = 60.0   # seconds between passes that can only advise
 WORST_FACTOR = 3.0       # a single guest may lose 3 x undo_threshold
+STRANDED = 0.5           # an undo that could bring back less than this
+#                          share of the guest's pages is not made
 TRUST_START = 1.0        # trust in the model before any verdict
 TRUST_MIN = 0.1
 TRUST_WEIGHT = 0.3       # weight of the latest verdict
@@ -1110,6 +1116,9 @@ class Optimizer:
                     own >= 1.0 - WORST_FACTOR * threshold:
                 self._keep(check, own, hood, now)
                 out.append((name, 'kept'))
+            elif (stranded := self._stranded(check)) is not None:
+                self._keep(check, own, hood, now, stranded)
+                out.append((name, 'kept'))
             else:
                 try:
                     undone = self._undo(check, own, hood, now)
@@ -1119,6 +1128,23 @@ class Optimizer:
                     raise
                 out.append((name, 'undone' if undone else 'undo failed'))
         return out
+
+    def _stranded(self, check) -> tuple | None:
+        """(MiB, of MiB) of the guest's memory before ``check``'s move
+        that its old nodes have room for now, where that is less than
+        STRANDED of it: an undo would put its vCPUs back there with
+        most of its pages left on the move's nodes (others filled the
+        room it freed), a placement never measured and mostly remote.
+        None otherwise, and for a move of its vCPUs alone.
+        """
+        before = check.memory_before
+        total = sum(before.values())
+        if total <= 0:
+            return None
+        free = self.agent.host_view(without=check.guest).free_mb
+        back = sum(min(mb, max(free[n] - self.opts.reserve_mb, 0.0))
+                   for n, mb in before.items() if 0 <= n < len(free))
+        return (back, total) if back < STRANDED * total else None
 
     def _neighbourhood(self, check) -> tuple:
         """The neighbours' relative changes since ``check``'s move, and
@@ -1183,16 +1209,32 @@ class Optimizer:
         self.trust = max(TRUST_MIN, (1 - TRUST_WEIGHT) * self.trust +
                          TRUST_WEIGHT * came_true)
 
-    def _keep(self, check, own, hood, now) -> None:
+    def _keep(self, check, own, hood, now, stranded=None) -> None:
+        """Keep ``check``'s move. ``stranded``: (MiB, of MiB) from
+        :meth:`_stranded`, a move that made things worse but whose undo
+        would strand the guest's vCPUs away from its pages: kept, and the
+        guest backed off as after an undo.
+        """
         self._count(check.guest, 'kept')
         self.unjudged_run.pop(check.guest, None)
         undos, _until = self.backoff.get(check.guest, (0, 0.0))
-        if undos:
-            self.backoff[check.guest] = (max(0, undos - 1), 0.0)
-        self.held[check.guest] = now + HOLD
         text = 'kept: ' + _judged(own, hood, check.predicted)
-        self._tell(check, text, 'numa_overhead.optimize.kept',
-                   {'progress': own, 'neighbours': hood})
+        payload = {'progress': own, 'neighbours': hood}
+        if stranded is None:
+            if undos:
+                self.backoff[check.guest] = (max(0, undos - 1), 0.0)
+            self.held[check.guest] = now + HOLD
+        else:
+            self.counts['stranded'] += 1
+            undos = min(undos, BACKOFF_UNDOS_MAX)
+            wait = min(BACKOFF_BASE * 2 ** undos, BACKOFF_MAX)
+            self.backoff[check.guest] = (undos + 1, now + wait)
+            text += ('; not undone: its old nodes have room for %d of the '
+                     '%d MiB it had there (an undo would run its vCPUs '
+                     'away from most of its pages); left alone for %d s'
+                     % (stranded[0], stranded[1], wait))
+            payload.update(stranded=True, backoff_s=wait)
+        self._tell(check, text, 'numa_overhead.optimize.kept', payload)
 
     def _undo(self, check, own, hood, now) -> bool:
         agent = self.agent
@@ -1363,6 +1405,7 @@ class Optimizer:
                 'unjudged': self.counts['unjudged'],
                 'workload_changed': self.counts['workload_changed'],
                 'host_changed': self.counts['host_changed'],
+                'stranded': self.counts['stranded'],
                 'failed': self.counts['failed'] +
                 self.counts['undo_failed'],
                 'waiting': len(self.checks),

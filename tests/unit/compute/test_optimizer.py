@@ -1153,6 +1153,62 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual({}, opt.returning)
         self.assertEqual(1, len(self.hv.moves))
 
+    def stranded(self, room0, undos=0):
+        """'a' (vCPUs on node 0, its 4 GiB there, free) moved to node 1
+        with its pages, ``room0`` MiB left free on node 0 after (another
+        guest took the rest), and slower since: its verdict.
+        """
+        self.flags(group='numa_overhead_agent', enforcement='pages',
+                   reserve_mb=GIB)
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        opt = agent.optimizer
+        self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
+        self.assertEqual(4 * GIB, self.hv.memory['a'][1])
+        self.hv.add('big', {0: self.hv.free[0] - room0}, vcpu_node=0)
+        self.sample(agent, 1)
+        self.hv.moves.clear()
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        if undos:
+            # Undone that many times before, and back since.
+            opt.backoff['a'] = (undos, 0.0)
+        return agent, opt.verdicts(end), end
+
+    def test_an_undo_that_would_strand_the_vcpus_is_not_made(self):
+        # Room for 1 GiB of its 4 on node 0 (2 GiB free, reserve_mb
+        # kept): back there, its vCPUs would run away from 3 GiB of its
+        # pages. The move stays, the guest is left alone as after an undo.
+        agent, verdicts, end = self.stranded(room0=2 * GIB)
+        opt = agent.optimizer
+        self.assertEqual([('a', 'kept')], verdicts)
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        self.assertEqual([], self.hv.moves)
+        self.assertEqual({}, opt.returning)
+        status = opt.status()
+        self.assertEqual((1, 1, 0), (status['kept'], status['stranded'],
+                                     status['undone']))
+        self.assertEqual((1, end + 60.0), opt.backoff['a'])
+        self.assertNotIn('a', [d.name for d in opt.movable(end + 59)])
+        self.assertIn('not undone: its old nodes have room for 1024 of '
+                      'the 4096 MiB', agent.outcomes['a'].outcome)
+        event, payload = self.notifier.events[-1]
+        self.assertEqual('numa_overhead.optimize.kept', event)
+        self.assertTrue(payload['stranded'])
+        self.assertEqual(60.0, payload['backoff_s'])
+
+    def test_an_undo_that_brings_back_half_its_pages_is_made(self):
+        agent, verdicts, _end = self.stranded(room0=3 * GIB)
+        self.assertEqual([('a', 'undone')], verdicts)
+        self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
+        self.assertEqual(0, agent.optimizer.status()['stranded'])
+
+    def test_a_stranded_move_after_an_undo_backs_off_longer(self):
+        agent, verdicts, end = self.stranded(room0=2 * GIB, undos=1)
+        self.assertEqual([('a', 'kept')], verdicts)
+        self.assertEqual((2, end + 120.0), agent.optimizer.backoff['a'])
+
     def test_a_failed_page_move_ends_the_return_not_the_undo(self):
         agent = self.undone_with_pages({0: 3 * GIB, 1: GIB})
         self.hv.raise_on[('move_pages', 'a')] = hv_mod.HypervisorError('no')
@@ -1813,7 +1869,7 @@ class TestStatus(OptimizerTestCase):
         self.assertEqual({'moved': 0, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
                           'unjudged': 0, 'workload_changed': 0,
-                          'host_changed': 0,
+                          'host_changed': 0, 'stranded': 0,
                           'failed': 0, 'waiting': 0,
                           'backing_off': 0, 'returning': 0, 'trust': 1.0,
                           'learned_miss_cost': 0, 'settling_s': 0},
@@ -1826,7 +1882,7 @@ class TestStatus(OptimizerTestCase):
         self.assertEqual({'moved': 2, 'kept': 0, 'undone': 0, 'advised': 0,
                           'unpaid': 0, 'refused': 0, 'expired': 0,
                           'unjudged': 0, 'workload_changed': 0,
-                          'host_changed': 0,
+                          'host_changed': 0, 'stranded': 0,
                           'failed': 1, 'waiting': 2,
                           'backing_off': 0, 'returning': 0, 'trust': 1.0,
                           'learned_miss_cost': 0, 'settling_s': 0},
@@ -1841,7 +1897,7 @@ class TestStatus(OptimizerTestCase):
         self.assertEqual({'moved': 2, 'kept': 1, 'undone': 1, 'advised': 0,
                           'unpaid': 1, 'refused': 0, 'expired': 0,
                           'unjudged': 0, 'workload_changed': 0,
-                          'host_changed': 0,
+                          'host_changed': 0, 'stranded': 0,
                           'failed': 1, 'waiting': 0,
                           'backing_off': 1, 'returning': 0,
                           'learned_miss_cost': 0, 'settling_s': 0}, status)
