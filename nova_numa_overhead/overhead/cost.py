@@ -193,6 +193,35 @@ def _carrying(host: HostModel, agg) -> HostModel:
     return dataclasses.replace(host, bandwidth_mbps=bw, link_mbps=link)
 
 
+def _flows(cpu, mem) -> tuple:
+    """Where a guest placed on ``cpu``, ``mem`` sends its traffic, in the
+    order :func:`_add_traffic` adds it: (memory node, share of its pages,
+    ((link, share of its vCPUs) from each other node its vCPUs are on)).
+    """
+    return tuple((j, m, tuple(((i, j), f) for i, f in cpu.items()
+                              if i != j))
+                 for j, m in mem.items())
+
+
+def _add_traffic(ctrl, link, flows, traffic) -> None:
+    """``traffic`` (MB/s) of a guest to its memory nodes' controllers
+    (``ctrl``) and the links from its vCPUs' nodes (``link``), along its
+    ``flows`` (:func:`_flows`).
+    """
+    for j, m, links in flows:
+        ctrl[j] += traffic * m
+        for pair, f in links:
+            link[pair] = link.get(pair, 0.0) + traffic * f * m
+
+
+def _speed_of(core, latency) -> float:
+    """A guest's speed (:meth:`Model._speed`) from what
+    :meth:`Model._core` gives and its mean ``latency``.
+    """
+    share, cpi, memory, lat0 = core
+    return share / max(cpi + memory * latency / lat0, 1e-6)
+
+
 def _queue(rho: float) -> float:
     """Loaded latency / idle latency at utilisation ``rho``: flat while
     the controller or link is lightly used, steep near saturation (the
@@ -210,6 +239,8 @@ class Model:
     def __init__(self, host: HostModel, guests):
         self.host = host
         self.guests = {g.name: g for g in guests}
+        # name -> (memory traffic at today's speed, memory-intensive)
+        self._kind = {g.name: (g.traffic_mbps, g.intensive) for g in guests}
         self.now = {g.name: (dict(g.cpu), dict(g.memory)) for g in guests}
         # Nodes the host has CPUs on: the only ones vCPUs can go to.
         usable = {i for i in range(host.size) if host.threads[i] > 0}
@@ -235,13 +266,19 @@ class Model:
             self._speed_settled = {
                 name: self._speed(name, self.settled, self._settled_base)
                 for name in self.guests}
+        # Where each guest's traffic goes as settled: most guests a
+        # prediction reaches stay there.
+        self._flows_settled = {name: _flows(cpu, mem)
+                               for name, (cpu, mem) in self.settled.items()}
 
     # -- node aggregates ----------------------------------------------------
 
-    def _aggregates(self, placement, speeds=None, base=None) -> dict:
+    def _aggregates(self, placement, speeds=None, base=None,
+                    flows=None) -> dict:
         """Per node: vCPU demand, LLC pressure, controller traffic; per
         (cpu node, memory node): link traffic. ``base``: aggregates of
-        the guests not in ``placement``, added to.
+        the guests not in ``placement``, added to; ``flows``: name ->
+        :func:`_flows` of its placement, where known.
         """
         n = self.host.size
         if base is None:
@@ -253,24 +290,38 @@ class Model:
                    'ctrl': list(base['ctrl']), 'link': dict(base['link'])}
         for name, (cpu, mem) in placement.items():
             self._add(agg, name, cpu, mem,
-                      (speeds or {}).get(name, 1.0))
+                      (speeds or {}).get(name, 1.0),
+                      flows=(flows or {}).get(name))
         return agg
 
-    def _add(self, agg, name, cpu, mem, scale, sign=1.0) -> None:
-        """One guest's share of the aggregates (``sign`` -1: taken off)."""
-        g = self.guests[name]
-        traffic = g.traffic_mbps * scale * sign
+    def _add(self, agg, name, cpu, mem, scale, sign=1.0,
+             flows=None) -> None:
+        """One guest's share of the aggregates (``sign`` -1: taken off;
+        ``flows``: :func:`_flows` of ``cpu``, ``mem``, where known).
+        """
+        vcpus = self.guests[name].vcpus
+        traffic, intensive = self._kind[name]
         demand, pressure = agg['demand'], agg['pressure']
-        ctrl, link = agg['ctrl'], agg['link']
         for i, f in cpu.items():
-            demand[i] += sign * g.vcpus * f
-            if g.intensive:
-                pressure[i] += sign * g.vcpus * f
-        for j, m in mem.items():
-            ctrl[j] += traffic * m
-            for i, f in cpu.items():
-                if i != j:
-                    link[(i, j)] = link.get((i, j), 0.0) + traffic * f * m
+            demand[i] += sign * vcpus * f
+            if intensive:
+                pressure[i] += sign * vcpus * f
+        if flows is None:
+            flows = _flows(cpu, mem)
+        _add_traffic(agg['ctrl'], agg['link'], flows,
+                     traffic * scale * sign)
+
+    @staticmethod
+    def _traffic(flows, speeds, base) -> dict:
+        """Controller and link traffic of guests ((traffic today,
+        :func:`_flows`) each) at ``speeds`` (the scale of today's, in the
+        same order), added to ``base``'s: the part of :meth:`_aggregates`
+        that speeds change, in the same order (the same sums).
+        """
+        ctrl, link = list(base['ctrl']), dict(base['link'])
+        for (traffic, paths), speed in zip(flows, speeds):
+            _add_traffic(ctrl, link, paths, traffic * speed)
+        return {'ctrl': ctrl, 'link': link}
 
     # -- one guest ------------------------------------------------------------
 
@@ -299,14 +350,22 @@ class Model:
                 cores * LLC_VCPUS_PER_CORE
             pressure = agg['pressure'][node]
             fit.append(1.0 if pressure <= room else room / pressure)
-        ctrl = [_queue(agg['ctrl'][j] / host.bandwidth_mbps[j])
-                for j in range(n)]
-        link = {}
-        for (i, j), traffic in agg['link'].items():
-            link[(i, j)] = _queue(traffic / host.link_mbps[i][j])
-        terms = agg['terms'] = {'cpu': cpu, 'fit': fit, 'ctrl': ctrl,
-                                'link': link}
+        terms = agg['terms'] = {'cpu': cpu, 'fit': fit}
+        terms.update(self._queues(agg))
         return terms
+
+    def _queues(self, traffic) -> dict:
+        """The queueing terms of ``traffic`` (aggregates, or what
+        :meth:`_traffic` gives): per memory node, per (cpu node, memory
+        node).
+        """
+        host = self.host
+        ctrl = [_queue(t / bw)
+                for t, bw in zip(traffic['ctrl'], host.bandwidth_mbps)]
+        link = {}
+        for (i, j), t in traffic['link'].items():
+            link[(i, j)] = _queue(t / host.link_mbps[i][j])
+        return {'ctrl': ctrl, 'link': link}
 
     def _cpu(self, node: int, agg) -> tuple:
         """(run share, SMT factor) of a vCPU on ``node``."""
@@ -315,18 +374,27 @@ class Model:
     def _fit(self, node: int, agg) -> float:
         return self._terms(agg)['fit'][node]
 
-    def _latency(self, cpu, mem, agg) -> float:
-        terms = self._terms(agg)
+    def _pairs(self, cpu, mem) -> tuple:
+        """The (cpu node, memory node) pairs of a placement, in the order
+        :meth:`_latency` sums them: (memory node, link or None where
+        local, share of its accesses, idle latency).
+        """
         latency = self.host.latency
-        ctrl, link = terms['ctrl'], terms['link']
+        return tuple((j, (i, j) if i != j else None, f * m, latency[i][j])
+                     for j, m in mem.items() for i, f in cpu.items())
+
+    @staticmethod
+    def _latency(pairs, queues) -> float:
+        """Mean latency of the accesses of ``pairs`` (:meth:`_pairs`),
+        with the ``queues`` (:meth:`_queues`) of the traffic.
+        """
+        ctrl, link = queues['ctrl'], queues['link']
         total = 0.0
-        for j, m in mem.items():
-            q = ctrl[j]
-            for i, f in cpu.items():
-                lat = latency[i][j] * q
-                if i != j:
-                    lat *= link.get((i, j), 1.0)
-                total += f * m * lat
+        for j, pair, share, idle in pairs:
+            lat = idle * ctrl[j]
+            if pair is not None:
+                lat *= link.get(pair, 1.0)
+            total += share * lat
         return total
 
     def _reference(self, name) -> tuple:
@@ -340,7 +408,8 @@ class Model:
         smt0 = sum(f * self._cpu(i, base)[1] for i, f in cpu0.items())
         # Cycles per instruction a full core would need now.
         cpi = max(g.cpi, 1e-3) * max(smt0, 1e-3)
-        lat0 = max(self._latency(cpu0, mem0, base), 1e-6)
+        lat0 = max(self._latency(self._pairs(cpu0, mem0),
+                                 self._terms(base)), 1e-6)
         if g.stall is not None:
             stall = min(max(g.stall, 0.0), MAX_STALL)
         else:
@@ -353,9 +422,12 @@ class Model:
         hit0 = 1.0 - (g.mpi / g.rpi if g.rpi > 0 else 0.0)
         return cpi, stall, hit0, max(fit0, 1e-6), lat0
 
-    def _speed(self, name, placement, agg) -> float:
-        """Instructions per second of one guest, up to a constant."""
-        cpu, mem = placement[name]
+    def _core(self, name, cpu, agg) -> tuple:
+        """The parts of one guest's speed, its vCPUs on ``cpu``, that the
+        memory traffic does not change: (run share times SMT factor; the
+        core part and the memory part of its cycles per instruction, the
+        latter at its latency now; that latency).
+        """
         terms = self._terms(agg)
         run = smt = fit = 0.0
         for i, f in cpu.items():
@@ -366,9 +438,13 @@ class Model:
         cpi, stall, hit0, fit0, lat0 = self._ref[name]
         hit = min(max(hit0 * fit / fit0, 0.0), 0.98) if hit0 > 0 else 0.0
         misses = (1.0 - hit) / max(1.0 - hit0, 1e-6)
-        lat = self._latency(cpu, mem, agg)
-        new_cpi = cpi * (1.0 - stall) + cpi * stall * misses * lat / lat0
-        return run * smt / max(new_cpi, 1e-6)
+        return run * smt, cpi * (1.0 - stall), cpi * stall * misses, lat0
+
+    def _speed(self, name, placement, agg) -> float:
+        """Instructions per second of one guest, up to a constant."""
+        cpu, mem = placement[name]
+        lat = self._latency(self._pairs(cpu, mem), self._terms(agg))
+        return _speed_of(self._core(name, cpu, agg), lat)
 
     # -- predictions ----------------------------------------------------------
 
@@ -402,22 +478,39 @@ class Model:
         # The guests not reached keep their place and speed: their share
         # of the aggregates is today's, summed once.
         rest = self._aggregates({}, base=self._settled_base)
+        settled_flows = self._flows_settled
         for name in reached:
             cpu0, mem0 = settled[name]
-            self._add(rest, name, cpu0, mem0, 1.0, sign=-1.0)
+            self._add(rest, name, cpu0, mem0, 1.0, sign=-1.0,
+                      flows=settled_flows[name])
         moving = {name: placement[name] for name in reached}
+        flows = {name: settled_flows[name] if place is settled[name]
+                 else _flows(*place) for name, place in moving.items()}
         # First at today's traffic, then with the traffic the predicted
         # speeds bring (damped: faster guests load the controllers more).
-        ratios = self._ratios(reached, moving, None, rest)
+        # Only the traffic changes between iterations: the CPU and LLC
+        # terms, and each guest's speed but its latency (:meth:`_core`),
+        # are computed once; a latency once per iteration for the guests
+        # placed alike (``pairs``: :meth:`_pairs` -> its index in the
+        # list of distinct ones). Lists in the order of ``reached``.
+        agg = self._aggregates(moving, base=rest, flows=flows)
+        pairs = {}
+        guests = [(self._core(name, cpu, agg),
+                   pairs.setdefault(self._pairs(cpu, mem), len(pairs)),
+                   self._speed_settled[name])
+                  for name, (cpu, mem) in moving.items()]
+        pairs = list(pairs)
+        flows = [(self._kind[name][0], flows[name]) for name in reached]
+        ratios = self._ratios(guests, pairs, self._terms(agg))
         for _ in range(iterations):
-            new = self._ratios(reached, moving, ratios, rest)
-            step = max((abs(new[name] - ratios[name]) for name in reached),
+            new = self._ratios(guests, pairs, self._queues(
+                self._traffic(flows, ratios, rest)))
+            step = max((abs(n - r) for r, n in zip(ratios, new)),
                        default=0.0)
-            ratios = {name: 0.5 * ratios[name] + 0.5 * new[name]
-                      for name in reached}
+            ratios = [0.5 * r + 0.5 * n for r, n in zip(ratios, new)]
             if step < CONVERGED:
                 break
-        return ratios
+        return dict(zip(reached, ratios))
 
     def balance(self, placement: dict, pinned: set | tuple = ()) -> dict:
         """``placement`` as the kernel's load balancer leaves it: the
@@ -453,14 +546,13 @@ class Model:
                           if c > EPSILON}, placement[name][1])
         return out
 
-    def _ratios(self, reached, placement, speeds, rest) -> dict:
-        agg = self._aggregates(placement, speeds, base=rest)
-        out = {}
-        for name in reached:
-            now = self._speed_settled[name]
-            out[name] = self._speed(name, placement, agg) / now \
-                if now > 0 else 1.0
-        return out
+    def _ratios(self, guests, pairs, queues) -> list:
+        """Speed / speed settled of each of ``guests`` ((core part, index
+        in ``pairs``, speed settled): :meth:`predict`) with ``queues``.
+        """
+        latency = [self._latency(p, queues) for p in pairs]
+        return [_speed_of(core, latency[k]) / now if now > 0 else 1.0
+                for core, k, now in guests]
 
     def gain(self, changes: dict) -> float:
         """Sum over guests of the relative speed change (guests' share of
