@@ -48,10 +48,10 @@ sum of their relative changes is below ``-undo_threshold``, when those
 nodes run fewer instructions per second in all by more than
 ``undo_threshold``, or when the guest itself lost more than
 ``WORST_FACTOR`` times it; but not where the undo would strand the
-guest (its old nodes having room for less than STRANDED of the memory it
-had there: its vCPUs would run away from most of its pages): the move
-then stays, counted as ``stranded``, the guest backed off as after an
-undo. No verdict (``unjudged``) for a guest measured
+guest (less than STRANDED of the memory it had before coming back, its
+vCPUs would run away from most of its pages: :meth:`Optimizer._stranded`):
+the move then stays, counted as ``kept`` and ``stranded``, the guest
+backed off as after an undo. No verdict (``unjudged``) for a guest measured
 fewer than ``loop_window`` samples before its move, nor across a change of
 its workload (its LLC references per instruction changing class by PHASE
 or more: another phase, not the move; a neighbour in that case is left
@@ -1129,21 +1129,65 @@ class Optimizer:
                 out.append((name, 'undone' if undone else 'undo failed'))
         return out
 
+    def _undo_nodes(self, check, domain, view=None) -> tuple:
+        """The nodes an undo of ``check`` confines the guest's memory to
+        (() = Nova's nodes): those of ``check.undo`` while they still have
+        room for it (the move freed them; others may have filled them
+        since); else Nova's nodes where the undo would have confined it to
+        the nodes that held it, and the nodes it is confined to now where
+        the agent had confined it before the move. ``view``: the host view
+        without the guest, if at hand.
+        """
+        nodes = check.undo[0]
+        if nodes and domain is not None:
+            if view is None:
+                view = self.agent.host_view(without=check.guest)
+            room = sum(view.free_mb[n] for n in nodes
+                       if 0 <= n < len(view.free_mb))
+            if room < domain.memory_mb + self.opts.reserve_mb:
+                nodes = () if check.from_held else \
+                    self.agent.restrictions.get(check.guest, ((), ()))[0]
+        return tuple(nodes)
+
     def _stranded(self, check) -> tuple | None:
         """(MiB, of MiB) of the guest's memory before ``check``'s move
-        that its old nodes have room for now, where that is less than
-        STRANDED of it: an undo would put its vCPUs back there with
-        most of its pages left on the move's nodes (others filled the
-        room it freed), a placement never measured and mostly remote.
-        None otherwise, and for a move of its vCPUs alone.
+        that an undo would bring back to where it was, where that is less
+        than STRANDED of it: the undo would pin its vCPUs back there with
+        most of its pages left on the move's nodes, a placement never
+        measured and mostly remote. What comes back: all of it where the
+        undo narrows its nodeset to nodes with room for it (the kernel
+        moves the pages); where it gives Nova's nodes back with
+        ``enforcement = pages``, as much as each of those nodes has room
+        for besides ``reserve_mb`` and what others have yet to touch (as
+        the pages going back are paced, :meth:`_step_back`); otherwise
+        (a nodeset widened without page moves, or left on the move's
+        nodes) only what is still there. None otherwise, and for a move of
+        its vCPUs alone.
         """
+        agent = self.agent
         before = check.memory_before
         total = sum(before.values())
-        if total <= 0:
+        domain = agent.domains.get(check.guest)
+        state = agent.collector.guests.get(check.guest)
+        if total <= 0 or domain is None or state is None:
             return None
-        free = self.agent.host_view(without=check.guest).free_mb
-        back = sum(min(mb, max(free[n] - self.opts.reserve_mb, 0.0))
-                   for n, mb in before.items() if 0 <= n < len(free))
+        view = agent.host_view(without=check.guest)
+        nodes = self._undo_nodes(check, domain, view)
+        current = tuple(agent.restrictions.get(check.guest, ((), ()))[0])
+        if nodes and nodes != current:
+            return None
+        now = state.memory_mb
+        free = view.free_mb
+        paced = not nodes and agent.opts.enforcement == placer_mod.PAGES
+        allowed = set(agent.nova_allowed.get(check.guest, ()) or
+                      range(agent.topology.size))
+        back = 0.0
+        for node, mb in before.items():
+            here = now.get(node, 0.0)
+            if paced and node in allowed and 0 <= node < len(free):
+                # The view counts its own pages as free: room for them.
+                here = max(free[node] - self.opts.reserve_mb, here)
+            back += min(mb, here)
         return (back, total) if back < STRANDED * total else None
 
     def _neighbourhood(self, check) -> tuple:
@@ -1219,7 +1263,8 @@ class Optimizer:
         self.unjudged_run.pop(check.guest, None)
         undos, _until = self.backoff.get(check.guest, (0, 0.0))
         text = 'kept: ' + _judged(own, hood, check.predicted)
-        payload = {'progress': own, 'neighbours': hood}
+        payload = {'progress': own, 'neighbours': hood,
+                   'stranded': stranded is not None}
         if stranded is None:
             if undos:
                 self.backoff[check.guest] = (max(0, undos - 1), 0.0)
@@ -1229,11 +1274,11 @@ class Optimizer:
             undos = min(undos, BACKOFF_UNDOS_MAX)
             wait = min(BACKOFF_BASE * 2 ** undos, BACKOFF_MAX)
             self.backoff[check.guest] = (undos + 1, now + wait)
-            text += ('; not undone: its old nodes have room for %d of the '
-                     '%d MiB it had there (an undo would run its vCPUs '
-                     'away from most of its pages); left alone for %d s'
+            text += ('; not undone: %d of the %d MiB it had where it ran '
+                     'would come back (an undo would run its vCPUs away '
+                     'from most of its pages); left alone for %d s'
                      % (stranded[0], stranded[1], wait))
-            payload.update(stranded=True, backoff_s=wait)
+            payload['backoff_s'] = wait
         self._tell(check, text, 'numa_overhead.optimize.kept', payload)
 
     def _undo(self, check, own, hood, now) -> bool:
@@ -1243,16 +1288,8 @@ class Optimizer:
         wait = min(BACKOFF_BASE * 2 ** undos, BACKOFF_MAX)
         text = _judged(own, hood, check.predicted)
         domain = agent.domains.get(check.guest)
-        nodes, cpus = check.undo
-        if nodes and domain is not None:
-            # Back to the nodes it was confined to, if they still hold it
-            # (the move freed them; others may have filled them since).
-            view = agent.host_view(without=check.guest)
-            room = sum(view.free_mb[n] for n in nodes
-                       if 0 <= n < len(view.free_mb))
-            if room < domain.memory_mb + self.opts.reserve_mb:
-                nodes = () if check.from_held else \
-                    agent.restrictions.get(check.guest, ((), ()))[0]
+        cpus = check.undo[1]
+        nodes = self._undo_nodes(check, domain)
         restored = [None]
         done = domain is not None and agent.guarded(
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,

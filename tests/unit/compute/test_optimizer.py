@@ -1153,19 +1153,26 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual({}, opt.returning)
         self.assertEqual(1, len(self.hv.moves))
 
-    def stranded(self, room0, undos=0):
-        """'a' (vCPUs on node 0, its 4 GiB there, free) moved to node 1
-        with its pages, ``room0`` MiB left free on node 0 after (another
-        guest took the rest), and slower since: its verdict.
+    def stranded(self, room0, undos=0, enforcement='pages', confined=(),
+                 left=None, reserve=GIB):
+        """'a' (vCPUs on node 0, its 4 GiB there; confined by the agent to
+        ``confined`` nodes, else free) moved to node 1, ``left``: node ->
+        MiB of its pages still where they were after (none), ``room0``
+        MiB left free on node 0 after (another guest took the rest), and
+        slower since: its verdict.
         """
-        self.flags(group='numa_overhead_agent', enforcement='pages',
-                   reserve_mb=GIB)
+        self.flags(group='numa_overhead_agent', enforcement=enforcement,
+                   reserve_mb=reserve)
         self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
         agent = self.start()
-        agent.restrictions['a'] = ((), ())
+        agent.restrictions['a'] = (tuple(confined), ())
         opt = agent.optimizer
         self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
-        self.assertEqual(4 * GIB, self.hv.memory['a'][1])
+        # Where its pages are after the move (the kernel moved them where
+        # the nodeset narrowed).
+        memory = dict(left or {})
+        memory[1] = 4 * GIB - sum(memory.values())
+        self.set_memory('a', memory)
         self.hv.add('big', {0: self.hv.free[0] - room0}, vcpu_node=0)
         self.sample(agent, 1)
         self.hv.moves.clear()
@@ -1189,20 +1196,95 @@ class TestClosedLoop(OptimizerTestCase):
         status = opt.status()
         self.assertEqual((1, 1, 0), (status['kept'], status['stranded'],
                                      status['undone']))
+        self.assertEqual({'moved': 1, 'kept': 1, 'undone': 0},
+                         opt.guest_counts('a'))
         self.assertEqual((1, end + 60.0), opt.backoff['a'])
         self.assertNotIn('a', [d.name for d in opt.movable(end + 59)])
-        self.assertIn('not undone: its old nodes have room for 1024 of '
-                      'the 4096 MiB', agent.outcomes['a'].outcome)
+        self.assertIn('a', [d.name for d in opt.movable(end + 61)])
+        # Its record keeps the backoff: a restarted agent leaves it too.
+        record = self.hv.recorded['a']
+        self.assertEqual(1, record.backoff_undos)
+        self.assertTrue(record.backoff_until)
+        self.assertIn('not undone: 1024 of the 4096 MiB it had where it '
+                      'ran would come back', agent.outcomes['a'].outcome)
         event, payload = self.notifier.events[-1]
         self.assertEqual('numa_overhead.optimize.kept', event)
         self.assertTrue(payload['stranded'])
         self.assertEqual(60.0, payload['backoff_s'])
+
+    def test_a_kept_move_is_not_stranded(self):
+        agent, now = self.moved()
+        end = self.progress(agent, 'a', 1.2 * IPS, agent.optimizer.checks[
+            'a'].settle)
+        self.assertEqual([('a', 'kept')], agent.optimizer.verdicts(end))
+        event, payload = self.notifier.events[-1]
+        self.assertFalse(payload['stranded'])
+        self.assertNotIn('backoff_s', payload)
 
     def test_an_undo_that_brings_back_half_its_pages_is_made(self):
         agent, verdicts, _end = self.stranded(room0=3 * GIB)
         self.assertEqual([('a', 'undone')], verdicts)
         self.assertEqual(NODE0_CPUS, self.hv.pins['a'])
         self.assertEqual(0, agent.optimizer.status()['stranded'])
+        # Its pages go back as far as node 0 has room.
+        self.assertIn('a', agent.optimizer.returning)
+
+    def test_an_undo_bringing_back_less_than_half_is_not_made(self):
+        # 45% of it: 1843 MiB of room on node 0 besides reserve_mb.
+        agent, verdicts, _end = self.stranded(room0=GIB + 1843)
+        self.assertEqual([('a', 'kept')], verdicts)
+
+    def test_pages_still_where_they_were_count_as_back(self):
+        # 3 GiB of its 4 never left node 0 (no room besides reserve_mb
+        # there now): an undo puts the vCPUs next to them.
+        agent, verdicts, _end = self.stranded(room0=0, left={0: 3 * GIB},
+                                              reserve=2 * GIB)
+        self.assertEqual([('a', 'undone')], verdicts)
+
+    def test_without_page_moves_an_undo_to_novas_nodes_strands(self):
+        # enforcement = nodeset: room for 3 GiB on node 0, but an undo
+        # without room for all of it (and reserve_mb) gives Nova's nodes
+        # back, and widening a nodeset moves no page.
+        agent, verdicts, _end = self.stranded(room0=3 * GIB,
+                                              enforcement='nodeset')
+        self.assertEqual([('a', 'kept')], verdicts)
+        self.assertEqual(1, agent.optimizer.status()['stranded'])
+
+    def test_an_undo_narrowing_to_nodes_with_room_is_made(self):
+        # Room for all of it on node 0: the undo narrows the nodeset
+        # there and the kernel brings the pages back.
+        agent, verdicts, _end = self.stranded(room0=6 * GIB,
+                                              enforcement='nodeset')
+        self.assertEqual([('a', 'undone')], verdicts)
+        self.assertEqual((0,), self.hv.nodesets['a'])
+
+    def test_an_undo_left_on_the_moves_nodes_strands(self):
+        # The agent had confined it to node 0; no room there for it now:
+        # the undo would leave its nodeset on node 1, its pages there.
+        agent, verdicts, _end = self.stranded(room0=3 * GIB, confined=(0,))
+        self.assertEqual([('a', 'kept')], verdicts)
+        self.assertEqual((1,), self.hv.nodesets['a'])
+
+    def test_room_on_nodes_nova_does_not_allow_does_not_count(self):
+        self.flags(group='numa_overhead_agent', enforcement='pages',
+                   reserve_mb=GIB)
+        self.hv = fakes.FakeHypervisor(nodes=3, memory_mb=64 * GIB)
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        # Where Nova's placement (not the placer's) left its memory.
+        self.set_memory('a', {0: 2 * GIB, 2: 2 * GIB})
+        self.sample(agent, 1)
+        agent.restrictions['a'] = ((), ())
+        agent.nova_allowed['a'] = (0, 1)
+        opt = agent.optimizer
+        self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
+        self.set_memory('a', {1: 4 * GIB})
+        self.hv.add('big', {0: self.hv.free[0]}, vcpu_node=0)
+        self.sample(agent, 1)
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        # Node 2 has room for its 2 GiB there, but pages go back within
+        # Nova's nodes only.
+        self.assertEqual([('a', 'kept')], opt.verdicts(end))
 
     def test_a_stranded_move_after_an_undo_backs_off_longer(self):
         agent, verdicts, end = self.stranded(room0=2 * GIB, undos=1)
