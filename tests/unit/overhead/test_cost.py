@@ -491,3 +491,87 @@ class TestKernelBalance(testtools.TestCase):
             floating('b', {1: 1.0}, {1: 1.0}, vcpus=1)])
         self.assertEqual({0: 1.0}, model.settled['a'][0])
         self.assertEqual({1: 1.0}, model.settled['b'][0])
+
+
+class TestPredictIterations(testtools.TestCase):
+    """predict() computes the CPU and LLC terms once and only the traffic
+    at each iteration: the same ratios as whole aggregates at each.
+    """
+
+    @staticmethod
+    def reference(model, changes, iterations=10):
+        """predict() by whole aggregates and speeds at each iteration."""
+        settled = model.settled
+        placement = dict(settled)
+        pinned = set()
+        for name, (cpu, mem) in changes.items():
+            placement[name] = (settled[name][0] if cpu is None else cpu,
+                               mem)
+            if cpu is not None:
+                pinned.add(name)
+        if pinned:
+            placement = model.balance(placement, pinned)
+        nodes = set()
+        for name, (cpu, mem) in placement.items():
+            if name in changes or (cpu, mem) != settled[name]:
+                nodes.update(cpu, mem, *settled[name])
+        reached = [name for name, (cpu, mem) in placement.items()
+                   if nodes.intersection(cpu) or nodes.intersection(mem)]
+        rest = model._aggregates({}, base=model._settled_base)
+        for name in reached:
+            model._add(rest, name, *settled[name], 1.0, sign=-1.0)
+        moving = {name: placement[name] for name in reached}
+
+        def ratios(speeds):
+            agg = model._aggregates(moving, speeds, base=rest)
+            return {name: model._speed(name, moving, agg) /
+                    model._speed_settled[name] for name in reached}
+
+        out = ratios(None)
+        for _ in range(iterations):
+            new = ratios(out)
+            step = max((abs(new[n] - out[n]) for n in reached), default=0.0)
+            out = {n: 0.5 * out[n] + 0.5 * new[n] for n in reached}
+            if step < cost.CONVERGED:
+                break
+        return out
+
+    def test_same_ratios_as_whole_aggregates(self):
+        rng = random.Random(11)
+        checked = 0
+        for _ in range(60):
+            nodes = rng.choice((2, 3))
+            guests = []
+            for i in range(rng.randrange(1, 9)):
+                cpu = rng.randrange(nodes)
+                mem = {n: rng.random() for n in rng.sample(
+                    range(nodes), rng.randrange(1, nodes + 1))}
+                total = sum(mem.values())
+                reach = tuple(sorted(rng.sample(range(nodes),
+                                                rng.randrange(1, nodes + 1))))
+                g = guest('g%d' % i, {cpu: 1.0},
+                          {n: f / total for n, f in mem.items()},
+                          vcpus=rng.randrange(1, 10),
+                          ips=rng.uniform(1e8, 3e9), cpi=rng.uniform(0.5, 4),
+                          rpi=rng.choice((0.0005, 0.02, 0.05)),
+                          mpi=rng.uniform(0.0001, 0.01),
+                          stall=rng.choice((None, 0.3)))
+                guests.append(dataclasses.replace(g, reach=reach))
+            model = cost.Model(host(nodes=nodes, cpus=rng.choice((4, 8)),
+                                    bandwidth_mbps=rng.choice((5e3, 2e4))),
+                               guests)
+            for g in guests:
+                target = rng.randrange(nodes)
+                for change in (({target: 1.0}, {target: 1.0}),
+                               (None, {target: 1.0}),
+                               ({target: 1.0}, model.settled[g.name][1])):
+                    for iterations in (0, 10):
+                        fast = model.predict({g.name: change}, iterations)
+                        slow = self.reference(model, {g.name: change},
+                                              iterations)
+                        self.assertEqual(list(slow), list(fast))
+                        for name in slow:
+                            self.assertAlmostEqual(slow[name], fast[name],
+                                                   places=12)
+                        checked += 1
+        self.assertGreater(checked, 1000)
