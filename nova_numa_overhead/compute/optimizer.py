@@ -1261,19 +1261,17 @@ class Optimizer:
         """
         self._count(check.guest, 'kept')
         self.unjudged_run.pop(check.guest, None)
-        undos, _until = self.backoff.get(check.guest, (0, 0.0))
         text = 'kept: ' + _judged(own, hood, check.predicted)
         payload = {'progress': own, 'neighbours': hood,
                    'stranded': stranded is not None}
         if stranded is None:
+            undos, _until = self.backoff.get(check.guest, (0, 0.0))
             if undos:
                 self.backoff[check.guest] = (max(0, undos - 1), 0.0)
             self.held[check.guest] = now + HOLD
         else:
             self.counts['stranded'] += 1
-            undos = min(undos, BACKOFF_UNDOS_MAX)
-            wait = min(BACKOFF_BASE * 2 ** undos, BACKOFF_MAX)
-            self.backoff[check.guest] = (undos + 1, now + wait)
+            wait = self._back_off(check.guest, now)
             text += ('; not undone: %d of the %d MiB it had where it ran '
                      'would come back (an undo would run its vCPUs away '
                      'from most of its pages); left alone for %d s'
@@ -1281,11 +1279,19 @@ class Optimizer:
             payload['backoff_s'] = wait
         self._tell(check, text, 'numa_overhead.optimize.kept', payload)
 
-    def _undo(self, check, own, hood, now) -> bool:
-        agent = self.agent
-        undos, _until = self.backoff.get(check.guest, (0, 0.0))
+    def _back_off(self, name, now) -> float:
+        """Leave ``name`` alone after an undo (or a move its undo would
+        have stranded): BACKOFF_BASE seconds, doubled for each earlier
+        one it counts, at most BACKOFF_MAX; one more counted. The wait.
+        """
+        undos, _until = self.backoff.get(name, (0, 0.0))
         undos = min(undos, BACKOFF_UNDOS_MAX)
         wait = min(BACKOFF_BASE * 2 ** undos, BACKOFF_MAX)
+        self.backoff[name] = (undos + 1, now + wait)
+        return wait
+
+    def _undo(self, check, own, hood, now) -> bool:
+        agent = self.agent
         text = _judged(own, hood, check.predicted)
         domain = agent.domains.get(check.guest)
         cpus = check.undo[1]
@@ -1294,7 +1300,7 @@ class Optimizer:
         done = domain is not None and agent.guarded(
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,
             restored)
-        self.backoff[check.guest] = (undos + 1, now + wait)
+        wait = self._back_off(check.guest, now)
         if not done:
             self.counts['undo_failed'] += 1
             if domain is not None:
