@@ -586,8 +586,26 @@ class Optimizer:
             if self.backoff.get(name, (0, 0.0))[1] > now or \
                     self.held.get(name, 0.0) > now:
                 continue
+            if self.shifting(name):
+                continue
             out.append(domain)
         return out
+
+    def shifting(self, name) -> bool:
+        """Whether ``name``'s workload changed within its last
+        ``loop_window`` samples (its last sample's LLC references per
+        instruction against any of them, as :func:`_changed` tells another
+        phase): the rates a move would be chosen on mix two workloads,
+        and its verdict would find its workload changed. It may be moved
+        once a whole window shows the new one.
+        """
+        history = self.history.get(name)
+        last = self._mean(name, last=1)
+        if history is None or last is None:
+            return False
+        window = list(history)[-self.opts.loop_window:]
+        return any(_changed(s.rps / s.ips, last) is not None
+                   for s in window if s.ips > 0)
 
     def host_changed(self, now: float) -> None:
         """A guest started on the host (or again: restarted, resumed) or

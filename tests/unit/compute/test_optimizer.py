@@ -607,6 +607,38 @@ class TestMovable(OptimizerTestCase):
         self.assertEqual([], self.names(agent))
         self.assertEqual(['a'], self.names(agent, self.clock.now + 30))
 
+    def test_a_guest_whose_workload_just_changed_waits_a_window(self):
+        self.remote('a')
+        agent = self.start(cycles=3)
+        opt = agent.optimizer
+        window = agent.opts.loop_window
+        self.assertEqual(['a'], self.names(agent))
+        # CPU-bound now (2 LLC references per 1,000 instructions, from
+        # 40): its rates mix two workloads until a whole window shows
+        # the new one.
+        end = self.progress(agent, 'a', IPS, self.clock.now, samples=2,
+                            rpi=0.002)
+        self.assertTrue(opt.shifting('a'))
+        self.assertEqual([], self.names(agent, end))
+        self.assertEqual([], opt.plan(end))
+        end = self.progress(agent, 'a', IPS, end, samples=window - 3,
+                            rpi=0.002)
+        self.assertTrue(opt.shifting('a'))
+        end = self.progress(agent, 'a', IPS, end, samples=1, rpi=0.002)
+        self.assertFalse(opt.shifting('a'))
+        self.assertEqual(['a'], self.names(agent, end))
+
+    def test_a_workload_within_its_class_is_not_another_phase(self):
+        self.remote('a')
+        agent = self.start(cycles=3)
+        # Twice the LLC references, still memory-intensive: its cache
+        # shared, not another workload.
+        end = self.progress(agent, 'a', IPS, self.clock.now, samples=1,
+                            rpi=0.08)
+        self.assertFalse(agent.optimizer.shifting('a'))
+        self.assertEqual(['a'], self.names(agent, end))
+        self.assertFalse(agent.optimizer.shifting('unknown'))
+
 
 class TestClosedLoop(OptimizerTestCase):
 
