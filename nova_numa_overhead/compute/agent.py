@@ -332,8 +332,9 @@ class Agent:
             current.pop(name, None)
         if (started or stopped or gone) and self._listed:
             # The moves awaiting a verdict are judged on their guest
-            # alone; the next waits for the host to settle.
-            self.optimizer.host_changed(now)
+            # alone; after a start, the next waits for the host to
+            # settle.
+            self.optimizer.host_changed(now, started=bool(started))
         self._listed = True
         self.domains = current
         self.collector.retain(current)

@@ -607,21 +607,26 @@ class Optimizer:
         return any(_changed(s.rps / s.ips, last) is not None
                    for s in window if s.ips > 0)
 
-    def host_changed(self, now: float) -> None:
+    def host_changed(self, now: float, started: bool = True) -> None:
         """A guest started on the host (or again: restarted, resumed) or
         left it: the moves awaiting their verdict are judged on their
-        guest alone, and no move is made until the host settles.
+        guest alone; after a start (``started``), no move is made until
+        the host settles. A guest leaving brings no newcomer touching its
+        memory and makes no node look idle: the other guests' rates are
+        clean once the model's few samples are past it, so the optimizer
+        does not wait for it.
         """
-        self.changed_at = now
+        if started:
+            self.changed_at = now
         for check in self.checks.values():
             check.host_changed = True
 
     def settle_left(self, now: float) -> float:
         """Seconds until the host has settled (0: it has): a guest started
-        or left less than ``settle_windows`` ``loop_window`` periods ago,
-        every guest's rates still mix the host before and after (a
-        newcomer touching its memory, its neighbours slowed by it), and a
-        move chosen on them would be judged against a host still changing.
+        less than ``settle_windows`` ``loop_window`` periods ago, every
+        guest's rates still mix the host before and after (a newcomer
+        touching its memory, its neighbours slowed by it), and a move
+        chosen on them would be judged against a host still changing.
         """
         if self.changed_at is None:
             return 0.0

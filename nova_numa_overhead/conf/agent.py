@@ -570,11 +570,13 @@ Related options:
         help="""
 Number of ``loop_window`` periods (each ``loop_window`` x ``sample_interval``
 seconds: 10 s in all with the defaults) after a guest started on the host,
-started again, resumed (as at the end of a live migration) or left it,
-during which the optimizer makes no move: every guest's rates then mix the
-host before and after, and a move chosen on them is judged against a host
-still changing. A pass due meanwhile runs once the host has settled. The
-guests the agent finds when it starts do not count. Only the optimizer
+started again or resumed (as at the end of a live migration), during which
+the optimizer makes no move: every guest's rates then mix the host before
+and after (the newcomer touching its memory, its neighbours slowed by it),
+and a move chosen on them is judged against a host still changing. A guest
+leaving does not start the wait (the verdicts awaited then are still judged
+on their guest alone). A pass due meanwhile runs once the host has settled.
+The guests the agent finds when it starts do not count. Only the optimizer
 waits: verdicts, undos, pages going back, the first placement of a guest
 and the rebalancer go on. On a host filling with a burst of boots the
 optimizer waits for the burst to end. In the simulator the default puts
@@ -583,7 +585,7 @@ throughput, a lower mean (see the simulator guide).
 
 Possible values:
 
-* 0: moves right after a guest starts or leaves, as before this option.
+* 0: moves right after a guest starts, as before this option.
 * An integer from 1 to 60.
 
 Related options:

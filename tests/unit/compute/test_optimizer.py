@@ -1880,11 +1880,28 @@ class TestSettle(OptimizerTestCase):
         self.assertEqual(0, opt.settle_left(self.clock.now))
         self.assertEqual(['a'], [a.guest for a in opt.plan(
             self.clock.now)])
-        # A guest leaving starts it again.
-        self.hv.remove('c')
+        # A guest starting again starts it again.
+        self.hv.add('d', {0: 1 * GIB}, vcpu_node=0)
         self.sample(agent, 1)
         self.assertEqual(self.clock.now, opt.changed_at)
         self.assertEqual([], opt.plan(self.clock.now))
+
+    def test_a_guest_leaving_is_no_wait(self):
+        # Its departure only has the verdicts waiting judged on their
+        # guest alone: no newcomer mixes the other guests' rates.
+        self.remote()
+        self.hv.add('c', {0: 1 * GIB}, vcpu_node=0)
+        agent = self.start()
+        opt = agent.optimizer
+        self.hv.remove('c')
+        with mock.patch.object(opt, 'host_changed',
+                               wraps=opt.host_changed) as changed:
+            self.sample(agent, 1)
+        changed.assert_called_once_with(self.clock.now, started=False)
+        self.assertIsNone(opt.changed_at)
+        self.assertEqual(0, opt.settle_left(self.clock.now))
+        self.assertEqual(['a'], [a.guest for a in opt.plan(
+            self.clock.now)])
 
     def test_a_pass_due_while_settling_runs_once_settled(self):
         # Passes every 5 s; 'c' starts at a pass: the pass waits, and runs
