@@ -144,7 +144,7 @@ class TestPlan(OptimizerTestCase):
         self.assertAlmostEqual(effects['a'], agent.optimizer.standing['a'])
 
     def test_the_floor_is_on_by_default(self):
-        self.assertEqual(0.9, self.conf.numa_overhead_agent.guest_floor)
+        self.assertEqual(0.93, self.conf.numa_overhead_agent.guest_floor)
 
     def test_no_move_that_slows_a_guest_below_the_floor(self):
         agent, actions = self.with_neighbour(0.0)
