@@ -64,6 +64,7 @@ from nova_numa_overhead.compute import optimizer as optimizer_mod
 from nova_numa_overhead.compute import placer as placer_mod
 from nova_numa_overhead.compute import rebalancer
 from nova_numa_overhead.conf import agent as agent_conf
+from nova_numa_overhead.overhead import cost
 from nova_numa_overhead.overhead import estimator
 from nova_numa_overhead.overhead import planner
 from nova_numa_overhead.overhead import room as room_mod
@@ -209,8 +210,11 @@ class Agent:
     def _measured_matrix(self, topology) -> dict:
         """The probe's latency/bandwidth matrix (vTRMS), if configured."""
         if topology.latency_ns or topology.bandwidth_mbps:
-            return {'latency_ns': topology.latency_ns,
-                    'bandwidth_mbps': topology.bandwidth_mbps}
+            args = {'latency_ns': topology.latency_ns,
+                    'bandwidth_mbps': topology.bandwidth_mbps,
+                    'bandwidth_streams': topology.bandwidth_streams}
+            self._bandwidth_as_ratios(topology, args, 'the hypervisor')
+            return args
         path = self.opts.topology_file
         if not path:
             return {}
@@ -236,7 +240,33 @@ class Agent:
         LOG.info('Remote-access latency levels from the matrix measured '
                  'at %(when)s (%(path)s)', {'when': matrix.measured_at,
                                             'path': path})
+        self._bandwidth_as_ratios(topology, args, path)
         return args
+
+    def _bandwidth_as_ratios(self, topology, args, source) -> None:
+        """Say once (the topology is read once) when the cost model will
+        take the matrix's bandwidth as ratios rather than capacities.
+        """
+        if not args.get('bandwidth_mbps'):
+            return
+        cpus = [len(n.cpus) for n in topology.nodes]
+        partial = cost.partial_rows(cpus, args['bandwidth_mbps'],
+                                    args.get('bandwidth_streams'))
+        if not partial:
+            return
+        streams = args.get('bandwidth_streams')
+        LOG.warning(
+            'The cost model takes the bandwidth matrix of %(source)s as '
+            'ratios, its largest local figure scaled to '
+            '[numa_overhead_agent] node_bandwidth_mbps (%(mbps)d MB/s): '
+            'CPU nodes %(nodes)s were measured with fewer concurrent '
+            'streams than they have CPUs (%(detail)s); run '
+            'nova-numa-overhead probe again to measure capacities',
+            {'source': source, 'mbps': self.opts.node_bandwidth_mbps,
+             'nodes': ', '.join(str(topology.nodes[i].id) for i in partial),
+             'detail': ', '.join(
+                 '%d of %d' % (streams[i] if streams and streams[i] else 1,
+                               cpus[i]) for i in partial)})
 
     # -- the sampling cycle -------------------------------------------------
 

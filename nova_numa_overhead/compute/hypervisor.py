@@ -60,6 +60,9 @@ class HostTopology:
     distances: tuple               # N x N
     latency_ns: tuple | None = None       # measured (vTRMS), optional
     bandwidth_mbps: tuple | None = None   # measured (vTRMS), optional
+    # Concurrent streams that measured each row of bandwidth_mbps; None:
+    # one each (the cost model then takes it as ratios only).
+    bandwidth_streams: tuple | None = None
 
     @property
     def size(self) -> int:

@@ -449,7 +449,9 @@ class Optimizer:
 
     def host_model(self) -> cost.HostModel:
         """The cost model's view of the host: topology, the probe's
-        matrix where there is one, ``node_bandwidth_mbps``.
+        matrix where there is one (its bandwidth as capacities where all
+        of each node's CPUs measured it, else as ratios scaled to
+        ``node_bandwidth_mbps``), ``node_bandwidth_mbps``.
         """
         agent = self.agent
         topology = agent.topology
@@ -461,7 +463,8 @@ class Optimizer:
             distances=topology.distances,
             bandwidth_mbps=self.opts.node_bandwidth_mbps,
             latency_ns=matrix.latency_ns,
-            matrix_mbps=matrix.bandwidth_mbps)
+            matrix_mbps=matrix.bandwidth_mbps,
+            matrix_streams=matrix.bandwidth_streams)
 
     def loads(self) -> list:
         """What every measured guest does now (pinned ones included: they

@@ -38,7 +38,9 @@ split into a core part and a memory part; a candidate placement changes
 * its memory stalls: latency of each (vCPU node, memory node) pair (the
   probe's matrix, else SLIT), stretched by the queueing of the memory
   controllers and links it uses (``1 + rho^3 / (1 - rho)``), with their
-  bandwidth from the probe or ``node_bandwidth_mbps``.
+  bandwidth from the probe or ``node_bandwidth_mbps`` (a probe's matrix
+  measured with fewer concurrent streams than a node has CPUs gives
+  ratios only: :meth:`HostModel.build`).
 
 Each of these also changes what the guest's neighbours get, so a move is
 scored on the sum of every guest's relative speed change.
@@ -97,11 +99,20 @@ class HostModel:
 
     @classmethod
     def build(cls, cpus, distances, bandwidth_mbps, cores=None,
-              latency_ns=None, matrix_mbps=None,
-              llc_mb=None) -> 'HostModel':
+              latency_ns=None, matrix_mbps=None, llc_mb=None,
+              matrix_streams=None) -> 'HostModel':
         """From the topology: CPUs per node, SLIT, the bandwidth option,
         the probe's matrix where it was measured, the LLC per node (MiB)
         where it is known.
+
+        ``matrix_mbps`` is taken as capacities (the diagonal the memory
+        controllers', the rest the links') only when every measured row
+        was measured by as many concurrent streams as its node has CPUs
+        (``matrix_streams``, per node; None: one stream each, an old
+        probe file). Otherwise what one or a few streams move is a
+        fraction of a controller, and the matrix gives ratios only: it is
+        scaled so that its largest diagonal cell is ``bandwidth_mbps``
+        (:func:`partial_rows`).
         """
         n = len(cpus)
         # A node the probe could not measure (no CPUs) has a None row.
@@ -109,6 +120,8 @@ class HostModel:
                       for r in latency_ns] if latency_ns else None
         matrix_mbps = [list(r) if r else [0.0] * n
                        for r in matrix_mbps] if matrix_mbps else None
+        if matrix_mbps and partial_rows(cpus, matrix_mbps, matrix_streams):
+            matrix_mbps = _scaled(matrix_mbps, float(bandwidth_mbps))
         cores = tuple(cores) if cores else tuple(cpus)
         threads = tuple(max(t, c) for t, c in zip(cpus, cores))
         if latency_ns:
@@ -142,6 +155,37 @@ class HostModel:
                    llc_room=room,
                    latency=latency, bandwidth_mbps=tuple(bw),
                    link_mbps=tuple(tuple(r) for r in link))
+
+
+def partial_rows(cpus, matrix_mbps, streams) -> tuple:
+    """Nodes whose row of ``matrix_mbps`` was measured by fewer concurrent
+    streams than the node has CPUs (``cpus``: how many per node;
+    ``streams``: per node, None for one stream each, an old probe file);
+    rows without a measured cell do not count.
+    """
+    out = []
+    for i, count in enumerate(cpus):
+        row = matrix_mbps[i] if i < len(matrix_mbps) else None
+        if not row or not any(v and v > 0 for v in row):
+            continue
+        measured = streams[i] if streams and i < len(streams) else None
+        if (measured or 1) < count:
+            out.append(i)
+    return tuple(out)
+
+
+def _scaled(matrix_mbps, bandwidth_mbps) -> list:
+    """``matrix_mbps`` times the factor that makes its largest diagonal
+    cell (largest cell, without one) ``bandwidth_mbps``.
+    """
+    local = [row[i] for i, row in enumerate(matrix_mbps)
+             if i < len(row) and row[i] and row[i] > 0]
+    cells = local or [v for row in matrix_mbps for v in row if v and v > 0]
+    if not cells:
+        return matrix_mbps
+    factor = bandwidth_mbps / max(cells)
+    return [[v * factor if v and v > 0 else v for v in row]
+            for row in matrix_mbps]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -97,12 +97,16 @@ class Topology:
     memory node), either may be absent; when present they replace SLIT for
     the static remote-latency ratio, latency first. The row of a node
     without CPUs may be None (nothing runs there to measure from): SLIT
-    answers for it.
+    answers for it. ``bandwidth_streams`` says how many concurrent
+    streams measured each row of ``bandwidth_mbps`` (None: one each);
+    the ratios here are within a row and do not depend on it, the cost
+    model's capacities do.
     """
 
     distances: tuple
     latency_ns: tuple | None = None
     bandwidth_mbps: tuple | None = None
+    bandwidth_streams: tuple | None = None
 
     @property
     def size(self) -> int:

@@ -11,6 +11,7 @@
 # under the License.
 
 import dataclasses
+import json
 import logging
 import math
 import threading
@@ -1196,6 +1197,38 @@ class TestMeasuredTopology(AgentTestCase):
         # Node 0's row is measured (2.6x: level 3); node 1's is SLIT's.
         self.assertEqual([[0, 3], [2, 0]], agent.levels.rml)
         self.assertNotIn('using SLIT', self.logger.output)
+
+    def write_v1(self, bandwidth):
+        """A probe file from before concurrent streams (format 1)."""
+        path = self.useFixture(fixtures.TempDir()).join('topology.json')
+        with open(path, 'w') as f:
+            json.dump({'version': 1, 'measured_at': '2026-11-22',
+                       'size_mb': 256, 'nodes': [0, 1],
+                       'latency_ns': [[100.0, 130.0], [260.0, 100.0]],
+                       'bandwidth_mbps': bandwidth}, f)
+        self.flags(group='numa_overhead_agent', topology_file=path)
+        return path
+
+    def test_single_stream_bandwidth_is_scaled_to_the_option(self):
+        path = self.write_v1([[8000.0, 4000.0], [2000.0, 5000.0]])
+        self.flags(group='numa_overhead_agent', node_bandwidth_mbps=40000)
+        self.hv = fakes.FakeHypervisor(nodes=2)
+        agent = self.make_agent()
+        agent.cycle()
+        agent.cycle()
+        model = agent.optimizer.host_model()
+        # Ratios: node 0's 8000 MB/s of one stream is the option's 40000.
+        self.assertEqual((40000.0, 25000.0), model.bandwidth_mbps)
+        self.assertEqual(20000.0, model.link_mbps[0][1])
+        self.assertEqual(10000.0, model.link_mbps[1][0])
+        # The levels use the latency, as before.
+        self.assertEqual([[0, 1], [3, 0]], agent.levels.rml)
+        line = ('The cost model takes the bandwidth matrix of %s as ratios, '
+                'its largest local figure scaled to [numa_overhead_agent] '
+                'node_bandwidth_mbps (40000 MB/s): CPU nodes 0, 1 were '
+                'measured with fewer concurrent streams than they have '
+                'CPUs (1 of 8, 1 of 8)' % path)
+        self.assertEqual(1, self.logger.output.count(line))
 
     def test_bad_or_missing_file_falls_back_to_slit(self):
         path = self.useFixture(fixtures.TempDir()).join('topology.json')

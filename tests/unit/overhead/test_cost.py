@@ -80,7 +80,9 @@ class TestHostModel(testtools.TestCase):
         self.assertEqual(1.0, model.latency[1][1])
 
     def test_measured_bandwidth_overrides_the_option_and_links(self):
-        model = host(matrix_mbps=((30000.0, 9000.0), (0.0, 0.0)))
+        # Measured by all 8 CPUs of node 0: capacities.
+        model = host(matrix_mbps=((30000.0, 9000.0), (0.0, 0.0)),
+                     matrix_streams=(8, None))
         # The diagonal is the controllers' bandwidth; an unmeasured one
         # keeps the option.
         self.assertEqual((30000.0, 20000.0), model.bandwidth_mbps)
@@ -88,6 +90,46 @@ class TestHostModel(testtools.TestCase):
         # controller.
         self.assertEqual(9000.0, model.link_mbps[0][1])
         self.assertEqual(20000.0 * cost.LINK_FRACTION, model.link_mbps[1][0])
+
+    def test_all_cpus_measured_bandwidth_is_absolute(self):
+        matrix = ((60000.0, 15000.0), (12000.0, 50000.0))
+        model = host(matrix_mbps=matrix, matrix_streams=(8, 8))
+        self.assertEqual((60000.0, 50000.0), model.bandwidth_mbps)
+        self.assertEqual(((60000.0, 15000.0), (12000.0, 50000.0)),
+                         model.link_mbps)
+        # More streams than the host has CPUs now (CPUs offlined since):
+        # still all of them.
+        self.assertEqual(model, host(matrix_mbps=matrix,
+                                     matrix_streams=(16, 8)))
+
+    def test_single_stream_bandwidth_is_ratios_scaled_to_the_option(self):
+        # One stream per cell (an old probe file: no stream counts) moves
+        # a fraction of a controller: only the ratios are kept, the
+        # largest local figure becoming the option's 20000 MB/s.
+        matrix = ((8000.0, 4000.0), (2000.0, 5000.0))
+        model = host(matrix_mbps=matrix)
+        self.assertEqual((20000.0, 12500.0), model.bandwidth_mbps)
+        self.assertEqual(((20000.0, 10000.0), (5000.0, 12500.0)),
+                         model.link_mbps)
+        self.assertEqual(model, host(matrix_mbps=matrix,
+                                     matrix_streams=(1, 1)))
+        # Node 1 measured by all its CPUs, node 0 by 4 of 8: the matrix
+        # is still one measurement, taken as ratios as a whole.
+        self.assertEqual(model, host(matrix_mbps=matrix,
+                                     matrix_streams=(4, 8)))
+        # The latency is not touched.
+        self.assertEqual(host(latency_ns=((80.0, 130.0), (140.0, 100.0))
+                              ).latency,
+                         host(latency_ns=((80.0, 130.0), (140.0, 100.0)),
+                              matrix_mbps=matrix).latency)
+
+    def test_partial_rows(self):
+        matrix = ((8000.0, 4000.0), None, (2000.0, 5000.0))
+        self.assertEqual((0, 2), cost.partial_rows([8, 0, 8], matrix, None))
+        self.assertEqual((2,), cost.partial_rows([8, 0, 8], matrix,
+                                                 (8, None, 2)))
+        self.assertEqual((), cost.partial_rows([8, 0, 1], matrix,
+                                               (8, None, None)))
 
     def test_llc_room_from_its_size(self):
         # Known: the working sets of WORKING_SET_MB that the LLC holds;
@@ -106,7 +148,7 @@ class TestHostModel(testtools.TestCase):
     def test_cpu_less_node_row_falls_back_to_slit(self):
         model = cost.HostModel.build(
             [8, 0], SLIT2, 20000.0, latency_ns=((80.0, 160.0), None),
-            matrix_mbps=((30000.0, 9000.0), None))
+            matrix_mbps=((30000.0, 9000.0), None), matrix_streams=(8, None))
         self.assertEqual(((1.0, 2.0), (2.1, 1.0)), model.latency)
         self.assertEqual((30000.0, 20000.0), model.bandwidth_mbps)
 
