@@ -24,6 +24,7 @@ DEMO_SCENARIO = 'mixed-16'
 # Probe buffers: 1 MiB up to 64 GiB per measurement.
 PROBE_MAX_MB = 64 * 1024
 PROBE_MAX_REPEAT = 100
+PROBE_MAX_STREAMS = 4096
 
 
 def main(argv=None) -> int:
@@ -54,12 +55,19 @@ def main(argv=None) -> int:
                        default=256, metavar='MB',
                        help='buffer per measurement in MiB (default 256; '
                             'at least 4x the last-level cache, checked '
-                            'before measuring)')
+                            'before measuring); the bandwidth streams '
+                            'share it, each at least 16 MiB')
     probe.add_argument('--repeat', type=common.bounded_int(
                        1, PROBE_MAX_REPEAT), default=3, metavar='N',
                        help='measurements per node pair, the best one '
                             'kept (default 3, at most %d)'
                             % PROBE_MAX_REPEAT)
+    probe.add_argument('--streams', type=common.bounded_int(
+                       1, PROBE_MAX_STREAMS), default=None, metavar='N',
+                       help='concurrent copy streams that measure the '
+                            'bandwidth, one per CPU of the CPU node, at '
+                            'most N (default: all of its CPUs; fewer make '
+                            'the agent take the bandwidth as ratios only)')
     simulate = sub.add_parser(
         'simulate', help='run the simulated NUMA host (or cluster) under '
                          'every placement policy and compare them')
@@ -168,7 +176,7 @@ def _probe(args) -> int:
                     probe.largest_llc_bytes(nodes) // (1024 * 1024),
                     smallest), common.EXIT_USAGE)
         matrix = probe.measure(nodes, size_mb=args.size_mb,
-                               repeat=args.repeat)
+                               repeat=args.repeat, streams=args.streams)
         probe.save(matrix, args.output)
     except (OSError, ValueError) as exc:
         raise common.CommandError(exc)
@@ -178,10 +186,13 @@ def _probe(args) -> int:
     for i, row in enumerate(matrix.latency_ns):
         print('  %*s %s' % (width, matrix.nodes[i],
                             ' '.join('%8.2f' % v for v in row)))
-    print('bandwidth (MB/s)')
+    print('bandwidth (MB/s) of concurrent streams, rows = CPU node '
+          '(its streams), columns = memory node')
     for i, row in enumerate(matrix.bandwidth_mbps):
-        print('  %*s %s' % (width, matrix.nodes[i],
-                            ' '.join('%8.0f' % v for v in row)))
+        count = matrix.bandwidth_streams[i]
+        print('  %*s %s %s' % (width, matrix.nodes[i],
+                               '(%4s)' % ('-' if count is None else count),
+                               ' '.join('%8.0f' % v for v in row)))
     print('written to %s' % os.path.abspath(args.output))
     return 0
 

@@ -17,22 +17,34 @@ GB/s but a CPU on node 7 reads node 0 at 2.0 GB/s (Qian et al., vTRMS,
 Table II). vTRMS therefore measures the matrix once at start-up: a reader
 pinned to a CPU of node ``i`` times reads of a buffer allocated on node
 ``j``. :func:`measure` does the same for every (CPU node, memory node)
-cell, each in a fresh child process pinned with ``sched_setaffinity`` and
-bound with ``set_mempolicy(MPOL_BIND)`` before it allocates anything, so
+cell, in fresh child processes pinned with ``sched_setaffinity`` and
+bound with ``set_mempolicy(MPOL_BIND)`` before they allocate anything, so
 the agent's own memory and CPU affinity are never touched.
+
+Each cell is measured twice. The latency proxy comes from one child alone
+(idle latency). The bandwidth comes from concurrent streams: one child per
+CPU of the CPU node (``streams`` limits them), each pinned to one CPU,
+copying its own arrays at the same time as the others; the cell's
+bandwidth is what they move together (:func:`aggregate_streams`). One
+single-threaded copy reaches only a fraction of a node's memory
+controller (typically 10-30% on a server socket), and the cost model
+takes the diagonal as each controller's capacity and the rest as the
+links'. The file records how many streams measured each row
+(``bandwidth_streams``) so that a reader can tell a capacity from a
+fraction of one.
 
 Row = CPU node, column = memory node, as in
 :class:`nova_numa_overhead.overhead.estimator.Topology`. A cell that cannot
 be measured (node offline or without memory, ``set_mempolicy`` refused by
-seccomp, child killed...) is NaN and logged; :func:`save` writes it as
-``null`` and :func:`load` refuses such a file, so the agent falls back to
-SLIT rather than use a partial matrix. The one exception is the row of a
-node without CPUs (memory-only, CXL): no guest runs there, so nothing
-reads from it; :func:`load` accepts it as wholly ``null`` when told which
-nodes have no CPUs, and keeps it as None.
+seccomp, child killed, one of its streams failed...) is NaN and logged;
+:func:`save` writes it as ``null`` and :func:`load` refuses such a file,
+so the agent falls back to SLIT rather than use a partial matrix. The one
+exception is the row of a node without CPUs (memory-only, CXL): no guest
+runs there, so nothing reads from it; :func:`load` accepts it as wholly
+``null`` when told which nodes have no CPUs, and keeps it as None.
 
-Only the measuring child needs numpy; it is imported there, so loading and
-saving matrices work without it.
+Only the measuring children need numpy; it is imported there, so loading
+and saving matrices work without it.
 """
 
 import ctypes
@@ -44,9 +56,11 @@ import json
 import logging
 import math
 import multiprocessing
+from multiprocessing import connection as mp_connection
 import os
 import platform
 import re
+import threading
 import time
 from typing import Callable
 
@@ -54,7 +68,10 @@ from nova_numa_overhead.compute import syscalls
 
 LOG = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+# Version 2 added bandwidth_streams; version 1 files (one stream per
+# cell) are still read.
+FORMAT_VERSION = 2
+FORMAT_VERSIONS = (1, 2)
 NODE_SYSFS = '/sys/devices/system/node'
 CPU_SYSFS = '/sys/devices/system/cpu'
 
@@ -63,15 +80,29 @@ SYSCALL_NUMBERS = syscalls.NUMBERS['set_mempolicy']
 MPOL_BIND = 2
 
 CACHE_LINE = 64         # bytes; the gather touches one element per line
-CHILD_TIMEOUT = 600.0   # seconds allowed for one cell
+CHILD_TIMEOUT = 600.0   # seconds allowed for one cell (all its children)
 # The latency proxy is meaningless when the buffer fits in the LLC: warn
 # below this multiple of the LLC size.
 LLC_FACTOR = 4
+# Each concurrent stream's arrays are at least this many MiB (or size_mb
+# when smaller): far beyond any core's private caches (L2 is at most a few
+# MiB). Memory use stays bounded: a stream copies its array several times
+# per round rather than having a larger one (stream_passes).
+STREAM_MIN_MB = 16
+# The streams of a round start at a time set this far ahead, each spinning
+# on its own CPU until then: a spin ends within microseconds of it, where
+# the wake-ups from a barrier spread over up to milliseconds.
+START_MARGIN = 0.02     # seconds
+# Below this share of a round during which every stream was copying, the
+# streams did not really run together (a busy host): warn.
+MIN_OVERLAP = 0.9
 
 _MIB = 1024 * 1024
 _ITEM = 8               # float64
 
-Runner = Callable[[int, int, list, int, int], tuple]
+# runner(cpu_node, mem_node, cpus, size_mb, repeat, streams)
+#     -> (latency_ns, bandwidth_mbps)
+Runner = Callable[[int, int, list, int, int, int], tuple]
 
 
 @dataclasses.dataclass
@@ -81,6 +112,9 @@ class Matrix:
     ``latency_ns[a][b]`` and ``bandwidth_mbps[a][b]`` are seen from CPUs of
     node ``nodes[a]`` reading memory of node ``nodes[b]``; NaN where the
     cell could not be measured. ``size_mb`` is the buffer size (MiB).
+    ``bandwidth_streams[a]`` is how many concurrent streams (CPUs of node
+    ``nodes[a]``) measured row ``a``'s bandwidth, None for a node without
+    CPUs; a version 1 file, from before concurrent streams, reads as 1.
     """
 
     latency_ns: list[list[float]]
@@ -88,6 +122,7 @@ class Matrix:
     nodes: list[int]
     measured_at: str
     size_mb: int
+    bandwidth_streams: list
 
 
 # -- host topology ---------------------------------------------------------
@@ -200,107 +235,339 @@ def _best_of(func, repeat):
     return best
 
 
-def measure_here(size_mb: int, repeat: int) -> tuple[float, float]:
-    """(latency_ns, bandwidth_mbps) of memory as this process allocates it.
+def stream_size_mb(size_mb: int, streams: int) -> int:
+    """MiB of each of ``streams`` concurrent streams' arrays.
 
-    Bandwidth is STREAM's Copy, as in the paper's Table II: the best of
-    ``repeat`` ``np.copyto`` of a ``size_mb`` MiB float64 array, counting
-    the bytes read and written, in MB/s (10^6 bytes).
+    Their share of ``size_mb``, so that together they cover at least the
+    buffer one process used (``size_mb`` is checked against the LLC), but
+    no less than :data:`STREAM_MIN_MB` (or ``size_mb`` when smaller).
+    The streams then hold about ``2 * max(size_mb, streams *
+    STREAM_MIN_MB)`` MiB of the memory node (a source and a destination
+    each): :func:`cell_memory_mb`.
+    """
+    if size_mb < 1 or streams < 1:
+        raise ValueError('size_mb and streams must be >= 1, not %r, %r'
+                         % (size_mb, streams))
+    return max(-(-size_mb // streams), min(size_mb, STREAM_MIN_MB))
 
-    Latency is a proxy, in ns per access: the best of ``repeat``
-    ``np.take`` gathers of one float64 per cache line of the same array,
-    every line once, in random order. vTRMS times a reader with RDTSC;
-    numpy cannot follow a dependent pointer chain without paying ~100 ns
-    of interpreter per step, which would drown a DRAM latency of the same
-    order, so a true load-to-use latency is out of reach. The gather
-    instead runs in numpy's C loop (about 1 ns per element when cached):
-    the random order defeats the prefetchers and each access misses the
-    caches once the array is well beyond the LLC, so a single core is
-    limited by how many misses it keeps in flight. By Little's law its
-    time per access is then the memory latency divided by that fixed
-    number of miss buffers: absolute values are a fraction of what
-    lmbench reports, but the ratios between cells, which is what
-    ``Topology.remote_ratio`` uses, follow the latency.
+
+def stream_passes(size_mb: int, streams: int) -> int:
+    """Copies of its array each stream makes per round: as many as it
+    takes to copy ``size_mb`` MiB, as much as one process copied per
+    round before there were streams. A round then lasts as long with 64
+    streams as with one (a copy of 16 MiB alone takes a few ms: the
+    streams' start skew and a descheduled stream would weigh on it).
+    """
+    return -(-size_mb // stream_size_mb(size_mb, streams))
+
+
+def cell_memory_mb(size_mb: int, streams: int) -> int:
+    """MiB of the memory node a cell takes at most: the streams' arrays,
+    all allocated at once. The latency child, alone before them, takes
+    ``1.25 * size_mb`` (its array and its index), never more.
+    """
+    return 2 * streams * stream_size_mb(size_mb, streams)
+
+
+def node_free_mb(node: int, root: str = NODE_SYSFS) -> int | None:
+    """``MemFree`` of ``node`` in MiB from sysfs, None if unknown."""
+    try:
+        with open(os.path.join(root, 'node%d' % node, 'meminfo')) as f:
+            for line in f:
+                m = re.match(r'Node\s+\d+\s+MemFree:\s+(\d+)\s*kB', line)
+                if m:
+                    return int(m.group(1)) // 1024
+    except OSError:
+        pass
+    return None
+
+
+def latency_here(size_mb: int, repeat: int) -> float:
+    """The latency proxy of memory as this process allocates it, in ns.
+
+    The best of ``repeat`` ``np.take`` gathers of one float64 per cache
+    line of a ``size_mb`` MiB array, every line once, in random order, in
+    ns per access. vTRMS times a reader with RDTSC; numpy cannot follow a
+    dependent pointer chain without paying ~100 ns of interpreter per
+    step, which would drown a DRAM latency of the same order, so a true
+    load-to-use latency is out of reach. The gather instead runs in
+    numpy's C loop (about 1 ns per element when cached): the random order
+    defeats the prefetchers and each access misses the caches once the
+    array is well beyond the LLC, so a single core is limited by how many
+    misses it keeps in flight. By Little's law its time per access is then
+    the memory latency divided by that fixed number of miss buffers:
+    absolute values are a fraction of what lmbench reports, but the
+    ratios between cells, which is what ``Topology.remote_ratio`` uses,
+    follow the latency.
     """
     import numpy as np
 
     count = size_mb * _MIB // _ITEM
     stride = CACHE_LINE // _ITEM
     src = np.ones(count)        # writes every page: faulted in here
-    dst = np.empty(count)
-    dst.fill(0.0)
     index = np.random.default_rng().permutation(count // stride) * stride
     out = np.empty(len(index))
-    copy_s = _best_of(lambda: np.copyto(dst, src), repeat)
     # mode='clip' skips the buffered bounds check of the default mode.
     gather_s = _best_of(lambda: np.take(src, index, out=out, mode='clip'),
                         repeat)
-    return gather_s / len(index) * 1e9, 2 * src.nbytes / copy_s / 1e6
+    return gather_s / len(index) * 1e9
 
 
-def _child_main(conn, mem_node, cpus, size_mb, repeat):
-    """Body of the measuring child: pin, bind, measure, send the result."""
+def stream_here(size_mb: int, repeat: int, passes: int, barrier,
+                start_at) -> tuple[int, list]:
+    """One of a cell's concurrent streams: (bytes per round, rounds).
+
+    STREAM's Copy, as in the paper's Table II: ``np.copyto`` of a
+    ``size_mb`` MiB float64 array, counting the bytes read and written.
+    Both arrays are faulted in first. Then, ``repeat`` times, the streams
+    meet at ``barrier``; the first one through sets ``start_at`` (a
+    shared double) :data:`START_MARGIN` ahead, all meet again and spin
+    until then, and copy ``passes`` times. Each round is returned as its
+    (start, end) on ``time.monotonic()``, which is CLOCK_MONOTONIC, one
+    clock for every process of the host: :func:`aggregate_streams`
+    compares them.
+    """
+    import numpy as np
+
+    count = size_mb * _MIB // _ITEM
+    src = np.ones(count)
+    dst = np.empty(count)
+    dst.fill(0.0)
+    rounds = []
+    for _ in range(repeat):
+        if barrier.wait() == 0:
+            start_at.value = time.monotonic() + START_MARGIN
+        barrier.wait()
+        begin = start_at.value
+        while time.monotonic() < begin:
+            pass
+        start = time.monotonic()
+        for _ in range(passes):
+            np.copyto(dst, src)
+        rounds.append((start, time.monotonic()))
+    return 2 * src.nbytes * passes, rounds
+
+
+def aggregate_streams(results) -> tuple[float, float]:
+    """(MB/s, overlap) of concurrent streams, from their rounds.
+
+    ``results`` holds one ``(bytes per round, [(start, end), ...])`` per
+    stream, round ``r`` of every stream started together
+    (:func:`stream_here`). As STREAM times its threads, a round's
+    bandwidth is the bytes all streams copied divided by the wall time
+    from the first start to the last end, and the best round is kept, in
+    MB/s (10^6 bytes). That time includes any start skew and the tail of
+    the slowest stream, so the figure can only understate what the
+    streams moved together, never add up rates of copies that did not
+    overlap. ``overlap`` is the share of that round's wall time during
+    which every stream was copying (1.0: they ran together throughout;
+    0.0: never all at once).
+    """
+    if not results:
+        raise ValueError('no streams')
+    best = None
+    for rounds in zip(*(r[1] for r in results)):
+        span = max(end for _, end in rounds) - min(s for s, _ in rounds)
+        if span <= 0:
+            continue
+        together = (min(end for _, end in rounds) -
+                    max(s for s, _ in rounds))
+        rate = sum(r[0] for r in results) / span / 1e6
+        if best is None or rate > best[0]:
+            best = (rate, max(together, 0.0) / span)
+    if best is None:
+        raise ValueError('no round with a positive duration')
+    return best
+
+
+def _pin(cpus):
     try:
-        try:
-            os.sched_setaffinity(0, cpus)
-        except OSError as e:
-            raise OSError(e.errno, 'sched_setaffinity(%s) failed: %s'
-                          % (cpus, e.strerror))
+        os.sched_setaffinity(0, cpus)
+    except OSError as e:
+        raise OSError(e.errno, 'sched_setaffinity(%s) failed: %s'
+                      % (cpus, e.strerror))
+
+
+def _child_main(conn, mem_node, cpus, size_mb, repeat, barrier=None,
+                start_at=None, passes=1):
+    """Body of a measuring child: pin, bind, measure, send the result.
+
+    Without ``barrier``, the latency proxy (``('ok', ns)``); with it, one
+    of a cell's concurrent streams (``('ok', bytes, rounds)``). A stream
+    that fails sends its error first, then breaks the barrier, so that
+    the others stop waiting for it and the parent reads the cause before
+    their ``'broken'`` answers.
+    """
+    try:
+        _pin(cpus)
         bind_memory(mem_node)
-        result = ('ok',) + measure_here(size_mb, repeat)
+        if barrier is None:
+            result = ('ok', latency_here(size_mb, repeat))
+        else:
+            result = ('ok',) + stream_here(size_mb, repeat, passes,
+                                           barrier, start_at)
+    except threading.BrokenBarrierError:
+        result = ('broken', None, 'another stream of the cell failed')
     except OSError as e:
         result = ('error', e.errno, e.strerror or str(e))
     except Exception as e:  # MemoryError, numpy missing...
         result = ('error', None, '%s: %s' % (type(e).__name__, e))
     conn.send(result)
     conn.close()
+    if barrier is not None and result[0] != 'ok':
+        barrier.abort()
+
+
+def _context():
+    ctx = multiprocessing.get_context('forkserver')
+    ctx.set_forkserver_preload([__name__, 'numpy'])
+    return ctx
+
+
+def run_children(ctx, target, name: str, arglists: list, labels: list,
+                 deadline: float) -> list:
+    """Start one child per ``arglists`` entry, all at once; their answers.
+
+    Child ``i`` runs ``target(conn, *arglists[i])`` and sends one tuple on
+    ``conn``: ``('ok', ...)``, ``('error', errno or None, text)`` or
+    ``('broken', None, text)`` (it stopped because another one failed).
+    Returns the ``'ok'`` tuples without their tag, in order. On the first
+    failure, a child dying without answering (e.g. killed by the OOM
+    killer when the node is out of memory), or ``deadline``
+    (``time.monotonic()``) passing, the others are killed and OSError is
+    raised, prefixed with ``labels[i]``: a child's own failure rather than
+    another's ``'broken'``.
+    """
+    procs, readers = [], []
+    results = [None] * len(arglists)
+    error = None
+    try:
+        for i, args in enumerate(arglists):
+            reader, writer = ctx.Pipe(duplex=False)
+            readers.append(reader)
+            proc = ctx.Process(target=target, args=(writer,) + tuple(args),
+                               name='%s-%d' % (name, i), daemon=True)
+            proc.start()
+            procs.append(proc)
+            writer.close()
+        pending = dict(zip(readers, range(len(readers))))
+        while pending and error is None:
+            remaining = deadline - time.monotonic()
+            ready = (mp_connection.wait(list(pending), remaining)
+                     if remaining > 0 else [])
+            if not ready:
+                error = OSError(errno.ETIMEDOUT, 'probe child timed out '
+                                'after %.0f s' % CHILD_TIMEOUT)
+                break
+            for reader in ready:
+                i = pending.pop(reader)
+                results[i] = _receive(reader, procs[i])
+            if any(r is not None and r[0] != 'ok' for r in results):
+                # A 'broken' answer means that another child failed
+                # first, and that one sent its cause before breaking the
+                # barrier: read whatever is already there.
+                for reader, i in list(pending.items()):
+                    if reader.poll(0):
+                        del pending[reader]
+                        results[i] = _receive(reader, procs[i])
+                error = _failure(results, labels)
+    finally:
+        if error is not None:
+            for proc in procs:
+                proc.kill()
+        for reader in readers:
+            reader.close()
+        for proc in procs:
+            proc.join()
+    if error is not None:
+        raise error
+    return [r[1:] for r in results]
+
+
+def _receive(reader, proc):
+    try:
+        return reader.recv()
+    except EOFError:
+        proc.join()
+        return ('died', None, proc.exitcode)
+
+
+def _failure(results, labels) -> OSError:
+    """The error of the first child that failed on its own, else of the
+    first that stopped because another did.
+    """
+    failed = [i for i, r in enumerate(results)
+              if r is not None and r[0] != 'ok']
+    own = [i for i in failed if results[i][0] != 'broken']
+    i = (own or failed)[0]
+    tag, number, text = results[i]
+    if tag == 'died':
+        return OSError('%s exited with code %s without a result'
+                       % (labels[i], text))
+    text = '%s: %s' % (labels[i], text)
+    return OSError(number, text) if number is not None else OSError(text)
 
 
 def run_cell(cpu_node: int, mem_node: int, cpus: list[int], size_mb: int,
-             repeat: int) -> tuple[float, float]:
-    """Measure one cell in a fresh child process: (latency_ns, MB/s).
+             repeat: int, streams: int = 1) -> tuple[float, float]:
+    """Measure one cell in fresh child processes: (latency_ns, MB/s).
 
-    The child is forked from multiprocessing's fork server, a fresh
+    First the latency proxy, by one child pinned to ``cpus`` (the CPU
+    node's) and alone on the host's memory system as far as the probe
+    goes. Then the bandwidth: ``streams`` children started together, each
+    pinned to one of the first ``streams`` of ``cpus`` and bound to
+    ``mem_node``, each copying arrays of :func:`stream_size_mb`
+    :func:`stream_passes` times per round; the
+    cell's bandwidth is their sum as :func:`aggregate_streams` takes it
+    (a warning when they did not overlap for :data:`MIN_OVERLAP` of the
+    round).
+
+    The children are forked from multiprocessing's fork server, a fresh
     interpreter started once with this module and numpy loaded, not from
-    the caller: it inherits no lock held by another thread of the agent
+    the caller: they inherit no lock held by another thread of the agent
     and no memory of the parent that could sit on the wrong node, and a
     cell does not pay an interpreter start and a numpy import (seconds on
-    a slow host, a minute under emulation). Raises OSError when the child
-    reports a failure, dies without answering (e.g. killed by the OOM
-    killer when the node is out of memory) or exceeds
+    a slow host, a minute under emulation). Raises OSError when
+    ``mem_node`` has less free memory than the cell needs
+    (:func:`cell_memory_mb`, ENOMEM, before any child starts), when a
+    child reports a failure or dies without answering (the cell's other
+    children are then killed), or when the cell exceeds
     :data:`CHILD_TIMEOUT`.
     """
-    ctx = multiprocessing.get_context('forkserver')
-    ctx.set_forkserver_preload([__name__, 'numpy'])
-    reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main,
-                       args=(writer, mem_node, list(cpus), size_mb, repeat),
-                       name='numa-probe-%d-%d' % (cpu_node, mem_node),
-                       daemon=True)
-    proc.start()
-    writer.close()
-    result = None
-    try:
-        if reader.poll(CHILD_TIMEOUT):
-            try:
-                result = reader.recv()
-            except EOFError:
-                pass
-        else:
-            proc.kill()
-            raise OSError(errno.ETIMEDOUT, 'probe child timed out after '
-                          '%.0f s' % CHILD_TIMEOUT)
-    finally:
-        reader.close()
-        proc.join()
-    if result is None:
-        raise OSError('probe child exited with code %s without a result'
-                      % proc.exitcode)
-    if result[0] != 'ok':
-        if result[1] is None:
-            raise OSError(result[2])
-        raise OSError(result[1], result[2])
-    return float(result[1]), float(result[2])
+    cpus = list(cpus)
+    if not 1 <= streams <= len(cpus):
+        raise ValueError('streams must be from 1 to %d (the CPUs given), '
+                         'not %r' % (len(cpus), streams))
+    per_stream = stream_size_mb(size_mb, streams)
+    needed = cell_memory_mb(size_mb, streams)
+    free = node_free_mb(mem_node)
+    if free is not None and free < needed:
+        raise OSError(errno.ENOMEM, 'memory node %d has %d MiB free but '
+                      'the cell needs %d MiB (%d streams x 2 x %d MiB): '
+                      'use fewer streams or a smaller size'
+                      % (mem_node, free, needed, streams, per_stream))
+    deadline = time.monotonic() + CHILD_TIMEOUT
+    ctx = _context()
+    name = 'numa-probe-%d-%d' % (cpu_node, mem_node)
+    [(latency,)] = run_children(
+        ctx, _child_main, name, [(mem_node, cpus, size_mb, repeat)],
+        ['latency child'], deadline)
+    barrier = ctx.Barrier(streams, timeout=CHILD_TIMEOUT)
+    start_at = ctx.RawValue('d', 0.0)
+    chosen = cpus[:streams]
+    results = run_children(
+        ctx, _child_main, name,
+        [(mem_node, [cpu], per_stream, repeat, barrier, start_at,
+          stream_passes(size_mb, streams)) for cpu in chosen],
+        ['stream on CPU %d' % cpu for cpu in chosen], deadline)
+    mbps, overlap = aggregate_streams(results)
+    if overlap < MIN_OVERLAP:
+        LOG.warning('NUMA probe: CPU node %d -> memory node %d: the %d '
+                    'streams all ran together for %.0f%% of the best '
+                    'round only (a busy host?): its %.0f MB/s understate '
+                    'them', cpu_node, mem_node, streams, 100 * overlap,
+                    mbps)
+    return float(latency), float(mbps)
 
 
 # -- the matrix --------------------------------------------------------------
@@ -341,14 +608,18 @@ def _warn_if_cached(nodes, size_mb):
 
 
 def measure(nodes: dict[int, list[int]], size_mb: int = 64, repeat: int = 3,
-            runner: Runner | None = None) -> Matrix:
+            runner: Runner | None = None,
+            streams: int | None = None) -> Matrix:
     """Measure every (CPU node, memory node) cell, one after the other.
 
     ``nodes`` maps node id -> CPU ids (see :func:`host_nodes`); the matrix
-    follows the sorted node ids. ``runner(cpu_node, mem_node, cpus,
-    size_mb, repeat)`` returns ``(latency_ns, bandwidth_mbps)`` for one
-    cell, :func:`run_cell` by default. A cell whose runner fails or
-    returns a non-positive value is NaN and logged: one bad cell never
+    follows the sorted node ids. The bandwidth of a row is measured by as
+    many concurrent streams as its node has CPUs, at most ``streams``
+    (None: all of them), on its lowest-numbered CPUs; the count is kept
+    in ``Matrix.bandwidth_streams``. ``runner(cpu_node, mem_node, cpus,
+    size_mb, repeat, streams)`` returns ``(latency_ns, bandwidth_mbps)``
+    for one cell, :func:`run_cell` by default. A cell whose runner fails
+    or returns a non-positive value is NaN and logged: one bad cell never
     stops the others. Cells run one at a time so that they do not compete
     for the interconnect; guests running meanwhile still disturb them.
     """
@@ -356,21 +627,30 @@ def measure(nodes: dict[int, list[int]], size_mb: int = 64, repeat: int = 3,
         raise ValueError('size_mb must be >= 1, not %r' % size_mb)
     if repeat < 1:
         raise ValueError('repeat must be >= 1, not %r' % repeat)
+    if streams is not None and streams < 1:
+        raise ValueError('streams must be >= 1, not %r' % streams)
     if runner is None:
         runner = run_cell
         _warn_if_cached(nodes, size_mb)
     ids = sorted(nodes)
     latency = [[math.nan] * len(ids) for _ in ids]
     bandwidth = [[math.nan] * len(ids) for _ in ids]
+    counts = [None] * len(ids)
     for a, cpu_node in enumerate(ids):
         cpus = sorted(nodes[cpu_node])
         if not cpus:
             LOG.warning('NUMA probe: node %d has no CPUs: its row is NaN',
                         cpu_node)
             continue
+        count = len(cpus) if streams is None else min(streams, len(cpus))
+        counts[a] = count
+        LOG.debug('NUMA probe: CPU node %d: bandwidth by %d concurrent '
+                  'streams of %d MiB', cpu_node, count,
+                  stream_size_mb(size_mb, count))
         for b, mem_node in enumerate(ids):
             try:
-                lat, bw = runner(cpu_node, mem_node, cpus, size_mb, repeat)
+                lat, bw = runner(cpu_node, mem_node, cpus, size_mb, repeat,
+                                 count)
                 lat, bw = float(lat), float(bw)
             except Exception as e:
                 LOG.warning('NUMA probe: CPU node %d -> memory node %d '
@@ -384,11 +664,12 @@ def measure(nodes: dict[int, list[int]], size_mb: int = 64, repeat: int = 3,
                 continue
             latency[a][b], bandwidth[a][b] = lat, bw
             LOG.debug('NUMA probe: CPU node %d -> memory node %d: %.2f ns, '
-                      '%.0f MB/s', cpu_node, mem_node, lat, bw)
+                      '%.0f MB/s (%d streams)', cpu_node, mem_node, lat, bw,
+                      count)
     now = datetime.datetime.now(datetime.timezone.utc)
     return Matrix(latency_ns=latency, bandwidth_mbps=bandwidth, nodes=ids,
                   measured_at=now.isoformat(timespec='seconds'),
-                  size_mb=size_mb)
+                  size_mb=size_mb, bandwidth_streams=counts)
 
 
 def _positive(value):
@@ -402,8 +683,11 @@ def _positive(value):
 def save(matrix: Matrix, path: str) -> None:
     """Write ``matrix`` as JSON (NaN cells as null), atomically.
 
-    The file is written next to ``path`` and renamed over it, so an agent
-    reading it meanwhile sees the old or the new matrix, never half.
+    Format :data:`FORMAT_VERSION`: with the matrices, ``bandwidth_streams``
+    (one entry per node, in the order of ``nodes``: the concurrent streams
+    that measured its row, null for a node without CPUs). The file is
+    written next to ``path`` and renamed over it, so an agent reading it
+    meanwhile sees the old or the new matrix, never half.
     """
     def cells(rows):
         return [[v if math.isfinite(v) else None for v in row]
@@ -414,6 +698,7 @@ def save(matrix: Matrix, path: str) -> None:
         'measured_at': matrix.measured_at,
         'size_mb': matrix.size_mb,
         'nodes': list(matrix.nodes),
+        'bandwidth_streams': list(matrix.bandwidth_streams),
         'latency_ns': cells(matrix.latency_ns),
         'bandwidth_mbps': cells(matrix.bandwidth_mbps),
     }
@@ -471,6 +756,23 @@ def _rows(rows):
             else [float(v) for v in row] for row in rows]
 
 
+def _check_streams(streams, rows, nodes):
+    """Raise ValueError unless ``streams`` has a positive integer for
+    every measured row of ``rows`` (null where the row is wholly null).
+    """
+    n = len(nodes)
+    if not isinstance(streams, list) or len(streams) != n:
+        raise ValueError('bandwidth_streams must be a list of %d entries '
+                         '(one per node), not %r' % (n, streams))
+    for a, count in enumerate(streams):
+        if count is None and _empty_row(rows[a], n):
+            continue
+        if type(count) is not int or count < 1:
+            raise ValueError('bandwidth_streams[%d] (CPU node %s) must be a '
+                             'positive integer, not %r'
+                             % (a, nodes[a], count))
+
+
 def _length(value):
     if isinstance(value, (list, tuple)):
         return '%d' % len(value)
@@ -485,10 +787,14 @@ def load(path: str, nodes: list[int] | None = None,
     matrix: bad JSON, another version, node ids that are not distinct
     non-negative integers (or differ from ``nodes``, the host's node ids,
     when given), a matrix that is not square over the nodes, a cell that
-    is missing, NaN or not positive. The agent then keeps SLIT rather than
-    trust part of a measurement. Rows of the nodes in ``cpu_less`` (the
-    host's nodes without CPUs) may be wholly ``null``: they are None in
-    the matrix.
+    is missing, NaN or not positive, a stream count that is not a
+    positive integer. The agent then keeps SLIT rather than trust part of
+    a measurement. Rows of the nodes in ``cpu_less`` (the host's nodes
+    without CPUs) may be wholly ``null``: they are None in the matrix.
+
+    A version 1 file (written before the probe measured with concurrent
+    streams) is read with a warning, its ``bandwidth_streams`` as 1 for
+    every measured row: one child copied alone in each cell.
     """
     try:
         with open(path) as f:
@@ -502,11 +808,14 @@ def load(path: str, nodes: list[int] | None = None,
         raise ValueError('%s: not valid JSON: %s' % (path, e))
     if not isinstance(data, dict):
         raise ValueError('%s: expected a JSON object' % path)
-    if data.get('version') != FORMAT_VERSION:
-        raise ValueError('%s: unsupported version %r (expected %d)'
-                         % (path, data.get('version'), FORMAT_VERSION))
-    missing = [k for k in ('nodes', 'latency_ns', 'bandwidth_mbps',
-                           'measured_at', 'size_mb') if k not in data]
+    version = data.get('version')
+    if type(version) is not int or version not in FORMAT_VERSIONS:
+        raise ValueError('%s: unsupported version %r (expected %s)'
+                         % (path, version, ' or '.join(
+                             str(v) for v in FORMAT_VERSIONS)))
+    required = ['nodes', 'latency_ns', 'bandwidth_mbps', 'measured_at',
+                'size_mb'] + (['bandwidth_streams'] if version >= 2 else [])
+    missing = [k for k in required if k not in data]
     if missing:
         raise ValueError('%s: missing %s' % (path, ', '.join(missing)))
     ids = data['nodes']
@@ -530,14 +839,38 @@ def load(path: str, nodes: list[int] | None = None,
             _check_cells(name, data[name], ids, cpu_less)
         except ValueError as e:
             raise ValueError('%s: %s' % (path, e))
+    bandwidth = _rows(data['bandwidth_mbps'])
     return Matrix(
-        latency_ns=_rows(data['latency_ns']),
-        bandwidth_mbps=_rows(data['bandwidth_mbps']),
-        nodes=list(ids), measured_at=data['measured_at'], size_mb=size_mb)
+        latency_ns=_rows(data['latency_ns']), bandwidth_mbps=bandwidth,
+        nodes=list(ids), measured_at=data['measured_at'], size_mb=size_mb,
+        bandwidth_streams=_streams_of(path, data, version, bandwidth))
+
+
+def _streams_of(path, data, version, bandwidth) -> list:
+    """The concurrent streams of each row of a file read by :func:`load`;
+    1 for every measured row of a version 1 file, with a warning.
+    """
+    if version >= 2:
+        try:
+            _check_streams(data['bandwidth_streams'],
+                           data['bandwidth_mbps'], data['nodes'])
+        except ValueError as e:
+            raise ValueError('%s: %s' % (path, e))
+        return [None if row is None else count for row, count in
+                zip(bandwidth, data['bandwidth_streams'])]
+    if 'bandwidth_streams' in data:
+        raise ValueError('%s: bandwidth_streams in a version %d file (it '
+                         'came with version 2)' % (path, version))
+    LOG.warning('NUMA probe: %s is a version %d file: its bandwidth was '
+                'measured by one stream per cell, a fraction of what a '
+                "node's CPUs move together; run nova-numa-overhead probe "
+                'again', path, version)
+    return [None if row is None else 1 for row in bandwidth]
 
 
 def as_topology_args(matrix: Matrix, cpu_less=()) -> dict:
-    """``latency_ns`` and ``bandwidth_mbps`` as tuples of tuples.
+    """``latency_ns`` and ``bandwidth_mbps`` as tuples of tuples, with
+    ``bandwidth_streams`` as a tuple.
 
     For :class:`nova_numa_overhead.compute.hypervisor.HostTopology` and
     :class:`nova_numa_overhead.overhead.estimator.Topology`, which index
@@ -555,4 +888,5 @@ def as_topology_args(matrix: Matrix, cpu_less=()) -> dict:
         return tuple(None if row is None else tuple(float(v) for v in row)
                      for row in matrix_rows)
     return {'latency_ns': rows(matrix.latency_ns),
-            'bandwidth_mbps': rows(matrix.bandwidth_mbps)}
+            'bandwidth_mbps': rows(matrix.bandwidth_mbps),
+            'bandwidth_streams': tuple(matrix.bandwidth_streams)}

@@ -38,6 +38,10 @@ class TestProbe(base.TestCase):
         with open(path) as f:
             data = json.load(f)
         self.assertEqual([0, 1, 2, 3], data['nodes'])
+        self.assertEqual(probe.FORMAT_VERSION, data['version'])
+        # One CPU on each of nodes 0 and 1: one stream each; none on the
+        # memory-only nodes.
+        self.assertEqual([1, 1, None, None], data['bandwidth_streams'])
         for name in ('latency_ns', 'bandwidth_mbps'):
             rows = data[name]
             self.assertEqual(4, len(rows))
@@ -51,3 +55,4 @@ class TestProbe(base.TestCase):
         matrix = probe.load(path, nodes=[0, 1, 2, 3], cpu_less=[2, 3])
         args = probe.as_topology_args(matrix, cpu_less=[2, 3])
         self.assertEqual([None, None], list(args['latency_ns'][2:]))
+        self.assertEqual((1, 1, None, None), args['bandwidth_streams'])

@@ -124,7 +124,7 @@ class TestProbe(CommandTestCase):
     def test_write_error_names_the_output_not_a_temporary_file(self):
         self.measure.return_value = probe.Matrix(
             latency_ns=[[1.0]], bandwidth_mbps=[[1.0]], nodes=[0],
-            measured_at='now', size_mb=256)
+            measured_at='now', size_mb=256, bandwidth_streams=[2])
         path = os.path.join(self.tmp, 't.json')
         with mock.patch.object(probe.os, 'replace', autospec=True,
                                side_effect=PermissionError(
@@ -134,10 +134,34 @@ class TestProbe(CommandTestCase):
         self.assertNotIn('.tmp', line)
         self.assertEqual([], os.listdir(self.tmp))
 
+    def test_streams(self):
+        self.measure.return_value = probe.Matrix(
+            latency_ns=[[10.0, 20.0], [20.0, 10.0]],
+            bandwidth_mbps=[[9000.0, 4000.0], [4000.0, 9000.0]],
+            nodes=[0, 1], measured_at='now', size_mb=256,
+            bandwidth_streams=[1, 1])
+        path = os.path.join(self.tmp, 't.json')
+        self.assertEqual(0, self.run_main('probe', '--output', path,
+                                          '--streams', '1'))
+        self.measure.assert_called_once_with(
+            {0: [0, 1], 1: [2, 3]}, size_mb=256, repeat=3, streams=1)
+        out = self.stdout.getvalue()
+        self.assertIn('bandwidth (MB/s) of concurrent streams, rows = CPU '
+                      'node (its streams), columns = memory node', out)
+        self.assertIn('  0 (   1)     9000     4000\n', out)
+        self.assertEqual([1, 1], probe.load(path).bandwidth_streams)
+        # By default, all of each node's CPUs.
+        self.measure.reset_mock()
+        self.assertEqual(0, self.run_main('probe', '--output', path))
+        self.assertIsNone(self.measure.call_args[1]['streams'])
+        rc = self.run_main('probe', '--output', path, '--streams', '0')
+        self.assertOneLineError(rc, 'argument --streams', code=2)
+
     def test_help_documents_every_option(self):
         parser_help = self._help('probe')
         self.assertIn('measurements per node pair', parser_help)
         self.assertIn('buffer per measurement', parser_help)
+        self.assertIn('concurrent copy streams', parser_help)
 
     def _help(self, command):
         self.assertEqual(0, self.run_main(command, '--help'))

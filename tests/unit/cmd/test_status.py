@@ -608,7 +608,8 @@ class TestOnAFakeHost(StatusTestCase):
                      for i in range(4)]
         probe.save(probe.Matrix(latency_ns=latency, bandwidth_mbps=bandwidth,
                                 nodes=[0, 1, 2, 3], measured_at='2026-11-22',
-                                size_mb=256), path)
+                                size_mb=256, bandwidth_streams=[8] * 4),
+                   path)
         self.flags(group='numa_overhead_agent', topology_file=path)
         data = self.collect()
         self.assertEqual({'source': 'probe', 'latency': True,

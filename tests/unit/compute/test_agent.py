@@ -1169,14 +1169,21 @@ class TestMeasuredTopology(AgentTestCase):
         # AMD-like asymmetry: node 1 reads node 0's memory 2.6x slower,
         # node 0 reads node 1's only 1.3x slower.
         probe.save(probe.Matrix(latency_ns=[[100.0, 130.0], [260.0, 100.0]],
-                                bandwidth_mbps=[[1e4, 8e3], [4e3, 1e4]],
+                                bandwidth_mbps=[[5e4, 2e4], [1e4, 4e4]],
                                 nodes=[0, 1], measured_at='2026-11-22',
-                                size_mb=256), path)
+                                size_mb=256, bandwidth_streams=[8, 8]),
+                   path)
         self.flags(group='numa_overhead_agent', topology_file=path)
         self.hv = fakes.FakeHypervisor(nodes=2)
         agent = self.make_agent()
         agent.cycle()
         self.assertEqual([[0, 1], [3, 0]], agent.levels.rml)
+        # Measured by all 8 CPUs of each node: the cost model's
+        # capacities, whatever node_bandwidth_mbps says.
+        model = agent.optimizer.host_model()
+        self.assertEqual((5e4, 4e4), model.bandwidth_mbps)
+        self.assertEqual(((5e4, 2e4), (1e4, 4e4)), model.link_mbps)
+        self.assertNotIn('as ratios', self.logger.output)
 
     def test_probe_matrix_with_a_memory_only_node(self):
         from nova_numa_overhead.compute import probe
@@ -1185,7 +1192,8 @@ class TestMeasuredTopology(AgentTestCase):
         probe.save(probe.Matrix(
             latency_ns=[[100.0, 260.0], [math.nan, math.nan]],
             bandwidth_mbps=[[1e4, 4e3], [math.nan, math.nan]],
-            nodes=[0, 1], measured_at='2026-11-22', size_mb=256), path)
+            nodes=[0, 1], measured_at='2026-11-22', size_mb=256,
+            bandwidth_streams=[8, None]), path)
         self.flags(group='numa_overhead_agent', topology_file=path)
         self.hv = fakes.FakeHypervisor(nodes=2)
         topology = self.hv._topology
@@ -1197,6 +1205,7 @@ class TestMeasuredTopology(AgentTestCase):
         # Node 0's row is measured (2.6x: level 3); node 1's is SLIT's.
         self.assertEqual([[0, 3], [2, 0]], agent.levels.rml)
         self.assertNotIn('using SLIT', self.logger.output)
+        self.assertNotIn('as ratios', self.logger.output)
 
     def write_v1(self, bandwidth):
         """A probe file from before concurrent streams (format 1)."""

@@ -14,14 +14,18 @@ import errno
 import json
 import math
 import os
+import threading
+import time
 from unittest import mock
 
 import fixtures
 
 from nova_numa_overhead.compute import hypervisor
 from nova_numa_overhead.compute import probe
+from nova_numa_overhead.overhead import cost
 from nova_numa_overhead.overhead import estimator
 from tests import base
+from tests.unit.compute import probe_children
 
 MIB = 1024 * 1024
 
@@ -33,22 +37,36 @@ AMD_BANDWIDTH = {(0, 0): 5600.0, (0, 1): 3700.0, (1, 0): 2000.0,
 TWO_NODES = {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
 
 
-def amd_runner(cpu_node, mem_node, cpus, size_mb, repeat):
+def amd_runner(cpu_node, mem_node, cpus, size_mb, repeat, streams):
     return (AMD_LATENCY[cpu_node, mem_node],
             AMD_BANDWIDTH[cpu_node, mem_node])
 
 
 def valid_file_data(**overrides):
     data = {
-        'version': 1,
+        'version': 2,
         'measured_at': '2024-01-01T00:00:00+00:00',
         'size_mb': 64,
         'nodes': [0, 1],
+        'bandwidth_streams': [4, 4],
         'latency_ns': [[100.0, 160.0], [220.0, 110.0]],
         'bandwidth_mbps': [[5600.0, 3700.0], [2000.0, 5500.0]],
     }
     data.update(overrides)
     return data
+
+
+def version_1_data(**overrides):
+    """A file from before concurrent streams."""
+    data = valid_file_data(version=1, **overrides)
+    del data['bandwidth_streams']
+    return data
+
+
+class Shared:
+    """What ``ctx.RawValue('d')`` is to a stream, in one process."""
+
+    value = 0.0
 
 
 class TestRealProbe(base.TestCase):
@@ -68,6 +86,8 @@ class TestRealProbe(base.TestCase):
         matrix = probe.measure({0: self.nodes[0]}, size_mb=16, repeat=1)
         self.assertEqual([0], matrix.nodes)
         self.assertEqual(16, matrix.size_mb)
+        # Every CPU of the node copied.
+        self.assertEqual([len(self.nodes[0])], matrix.bandwidth_streams)
         self.assertEqual(1, len(matrix.latency_ns))
         self.assertEqual(1, len(matrix.latency_ns[0]))
         for value in (matrix.latency_ns[0][0], matrix.bandwidth_mbps[0][0]):
@@ -77,17 +97,50 @@ class TestRealProbe(base.TestCase):
         args = probe.as_topology_args(matrix)
         self.assertEqual(1, len(args['latency_ns']))
 
+    def test_two_streams_start_each_round_together(self):
+        if len(self.nodes[0]) < 2:
+            self.skipTest('node 0 has one CPU')
+        ctx = probe._context()
+        barrier = ctx.Barrier(2, timeout=60)
+        start_at = ctx.RawValue('d', 0.0)
+        results = probe.run_children(
+            ctx, probe._child_main, 'test-streams',
+            [(0, [cpu], 16, 3, barrier, start_at, 2)
+             for cpu in self.nodes[0][:2]], ['a', 'b'],
+            time.monotonic() + 60)
+        self.assertEqual(2, len(results))
+        for nbytes, rounds in results:
+            # Two copies of 16 MiB per round, read and written.
+            self.assertEqual(2 * 2 * 16 * MIB, nbytes)
+            self.assertEqual(3, len(rounds))
+        # No stream starts a round before every stream ended the last
+        # one (whether they then overlap depends on what else runs here).
+        for r in (1, 2):
+            self.assertGreaterEqual(min(s[1][r][0] for s in results),
+                                    max(s[1][r - 1][1] for s in results))
+        mbps, overlap = probe.aggregate_streams(results)
+        self.assertGreater(mbps, 0)
+        self.assertTrue(0.0 <= overlap <= 1.0, overlap)
+        # The same through run_cell: the latency, then both streams.
+        latency, bandwidth = probe.run_cell(0, 0, self.nodes[0], 16, 1, 2)
+        self.assertGreater(latency, 0)
+        self.assertGreater(bandwidth, 0)
+
     def test_binding_to_a_missing_node_fails_in_the_child(self):
         missing = max(self.nodes) + 40
         e = self.assertRaises(OSError, probe.run_cell, 0, missing,
                               self.nodes[0], 16, 1)
         self.assertEqual(errno.EINVAL, e.errno)
-        self.assertIn('set_mempolicy(MPOL_BIND, node %d)' % missing, str(e))
+        self.assertIn('latency child: set_mempolicy(MPOL_BIND, node %d)'
+                      % missing, str(e))
 
-    def test_measure_here_in_process(self):
-        latency, bandwidth = probe.measure_here(1, 1)
-        self.assertGreater(latency, 0)
-        self.assertGreater(bandwidth, 0)
+    def test_latency_and_a_stream_in_process(self):
+        self.assertGreater(probe.latency_here(1, 1), 0)
+        nbytes, rounds = probe.stream_here(1, 2, 3, threading.Barrier(1),
+                                           Shared())
+        self.assertEqual(3 * 2 * MIB, nbytes)
+        self.assertEqual(2, len(rounds))
+        self.assertTrue(all(end > start for start, end in rounds))
 
 
 class TestMeasure(base.TestCase):
@@ -97,20 +150,25 @@ class TestMeasure(base.TestCase):
         matrix = probe.measure(TWO_NODES, size_mb=32, repeat=2,
                                runner=runner)
         self.assertEqual(4, runner.call_count)
-        runner.assert_any_call(1, 0, [4, 5, 6, 7], 32, 2)
+        # Every CPU of the CPU node streams.
+        runner.assert_any_call(1, 0, [4, 5, 6, 7], 32, 2, 4)
         self.assertEqual([[100.0, 160.0], [220.0, 110.0]], matrix.latency_ns)
         self.assertEqual([[5600.0, 3700.0], [2000.0, 5500.0]],
                          matrix.bandwidth_mbps)
         self.assertEqual([0, 1], matrix.nodes)
         self.assertEqual(32, matrix.size_mb)
+        self.assertEqual([4, 4], matrix.bandwidth_streams)
 
         path = os.path.join(self.useFixture(fixtures.TempDir()).path,
                             'topology.json')
         probe.save(matrix, path)
         with open(path) as f:
-            self.assertEqual(1, json.load(f)['version'])
+            data = json.load(f)
+        self.assertEqual(2, data['version'])
+        self.assertEqual([4, 4], data['bandwidth_streams'])
         loaded = probe.load(path, nodes=[0, 1])
         self.assertEqual(matrix, loaded)
+        self.assertNotIn('version 1', self.logger.output)
 
         args = probe.as_topology_args(loaded)
         self.assertEqual(((100.0, 160.0), (220.0, 110.0)),
@@ -127,12 +185,55 @@ class TestMeasure(base.TestCase):
         self.assertAlmostEqual(5500 / 2000, bw_only.remote_ratio(1, 0))
         host = hypervisor.HostTopology(nodes=(), distances=slit, **args)
         self.assertEqual(args['bandwidth_mbps'], host.bandwidth_mbps)
+        self.assertEqual((4, 4), topo.bandwidth_streams)
+        # All 4 CPUs of each node: the cost model's capacities as they
+        # were measured.
+        model = cost.HostModel.build(
+            [4, 4], slit, 20000.0, matrix_mbps=topo.bandwidth_mbps,
+            matrix_streams=topo.bandwidth_streams)
+        self.assertEqual((5600.0, 5500.0), model.bandwidth_mbps)
+
+    def test_streams_are_limited_per_node(self):
+        runner = mock.create_autospec(amd_runner, side_effect=amd_runner)
+        matrix = probe.measure({0: [0, 1, 2, 3], 1: [4, 5]}, runner=runner,
+                               streams=3)
+        runner.assert_any_call(0, 1, [0, 1, 2, 3], 64, 3, 3)
+        runner.assert_any_call(1, 0, [4, 5], 64, 3, 2)
+        self.assertEqual([3, 2], matrix.bandwidth_streams)
+        matrix = probe.measure(TWO_NODES, runner=amd_runner, streams=1)
+        self.assertEqual([1, 1], matrix.bandwidth_streams)
+
+    @mock.patch.object(probe, 'node_free_mb', autospec=True,
+                       return_value=None)
+    @mock.patch.object(probe, 'run_children', autospec=True)
+    def test_one_failing_stream_fails_its_cell(self, run_children, free):
+        # The latency child answers, then one of node 1's streams fails
+        # (run_children kills the others and raises its error).
+        def children(ctx, target, name, arglists, labels, deadline):
+            if len(arglists) == 1:
+                return [(100.0,)]
+            if name == 'numa-probe-1-0':
+                raise OSError(errno.EPERM, '%s: set_mempolicy refused'
+                              % labels[2])
+            return [(200e6, [(0.0, 0.1)])] * len(arglists)
+
+        run_children.side_effect = children
+        matrix = probe.measure(TWO_NODES, size_mb=16, repeat=1)
+        self.assertTrue(math.isnan(matrix.bandwidth_mbps[1][0]))
+        self.assertTrue(math.isnan(matrix.latency_ns[1][0]))
+        # The others: 4 streams of 200 MB in 0.1 s.
+        self.assertEqual(8000.0, matrix.bandwidth_mbps[1][1])
+        self.assertEqual(100.0, matrix.latency_ns[1][1])
+        self.assertIn('CPU node 1 -> memory node 0 failed, recorded as NaN: '
+                      'PermissionError: [Errno 1] stream on CPU 6: '
+                      'set_mempolicy refused', self.logger.output)
 
     def test_failing_cell_is_nan_and_logged(self):
-        def runner(cpu_node, mem_node, cpus, size_mb, repeat):
+        def runner(cpu_node, mem_node, cpus, size_mb, repeat, streams):
             if (cpu_node, mem_node) == (1, 0):
                 raise OSError(errno.EPERM, 'set_mempolicy refused')
-            return amd_runner(cpu_node, mem_node, cpus, size_mb, repeat)
+            return amd_runner(cpu_node, mem_node, cpus, size_mb, repeat,
+                              streams)
 
         matrix = probe.measure(TWO_NODES, runner=runner)
         self.assertTrue(math.isnan(matrix.latency_ns[1][0]))
@@ -146,7 +247,7 @@ class TestMeasure(base.TestCase):
         self.assertRaises(ValueError, probe.as_topology_args, matrix)
 
     def test_implausible_result_is_nan(self):
-        def runner(cpu_node, mem_node, cpus, size_mb, repeat):
+        def runner(cpu_node, mem_node, cpus, size_mb, repeat, streams):
             return (0.0, 100.0) if cpu_node != mem_node else (1.0, 100.0)
 
         matrix = probe.measure(TWO_NODES, runner=runner)
@@ -162,12 +263,15 @@ class TestMeasure(base.TestCase):
         self.assertEqual(2, runner.call_count)
         self.assertEqual([100.0, 160.0], matrix.latency_ns[0])
         self.assertTrue(all(math.isnan(v) for v in matrix.latency_ns[1]))
+        self.assertEqual([2, None], matrix.bandwidth_streams)
         self.assertIn('node 1 has no CPUs', self.logger.output)
 
     def test_bad_arguments(self):
         self.assertRaises(ValueError, probe.measure, TWO_NODES, size_mb=0,
                           runner=amd_runner)
         self.assertRaises(ValueError, probe.measure, TWO_NODES, repeat=0,
+                          runner=amd_runner)
+        self.assertRaises(ValueError, probe.measure, TWO_NODES, streams=0,
                           runner=amd_runner)
 
     @mock.patch.object(probe, 'llc_bytes', autospec=True,
@@ -177,11 +281,210 @@ class TestMeasure(base.TestCase):
     def test_default_runner_warns_about_a_cached_buffer(self, run_cell,
                                                         llc_bytes):
         matrix = probe.measure({0: [0]}, size_mb=16, repeat=1)
-        run_cell.assert_called_once_with(0, 0, [0], 16, 1)
+        run_cell.assert_called_once_with(0, 0, [0], 16, 1, 1)
         llc_bytes.assert_called_once_with(0)
         self.assertEqual([[10.0]], matrix.latency_ns)
         self.assertIn('16 MiB buffer is not much larger than the 480 MiB LLC',
                       self.logger.output)
+
+
+class TestStreams(base.TestCase):
+    """How concurrent streams are sized and added up."""
+
+    def test_concurrent_streams_are_summed(self):
+        # Two streams of 100 MB per round; the best round is kept.
+        results = [(100e6, [(0.0, 1.0), (10.0, 10.5)]),
+                   (100e6, [(0.0, 1.0), (10.0, 10.5)])]
+        self.assertEqual((400.0, 1.0), probe.aggregate_streams(results))
+        # Eight streams moving 50 MB each in 0.1 s: 4000 MB/s.
+        mbps, overlap = probe.aggregate_streams([(50e6, [(5.0, 5.1)])] * 8)
+        self.assertAlmostEqual(4000.0, mbps)
+        self.assertEqual(1.0, overlap)
+
+    def test_streams_that_do_not_overlap_are_not_added_up(self):
+        # One after the other: their bytes over both their times, as if
+        # one stream had copied them (not 200 MB/s, the sum of rates).
+        self.assertEqual((100.0, 0.0), probe.aggregate_streams(
+            [(100e6, [(0.0, 1.0)]), (100e6, [(1.0, 2.0)])]))
+        # Half a round apart: all together a third of the wall time.
+        mbps, overlap = probe.aggregate_streams(
+            [(100e6, [(0.0, 1.0)]), (100e6, [(0.5, 1.5)])])
+        self.assertAlmostEqual(200.0 / 1.5, mbps)
+        self.assertAlmostEqual(1.0 / 3.0, overlap)
+        self.assertRaises(ValueError, probe.aggregate_streams, [])
+
+    def test_per_stream_size(self):
+        # One stream: the whole buffer, as before streams.
+        self.assertEqual(256, probe.stream_size_mb(256, 1))
+        self.assertEqual(1, probe.stream_size_mb(1, 1))
+        # Several share it...
+        self.assertEqual(32, probe.stream_size_mb(256, 8))
+        self.assertEqual(86, probe.stream_size_mb(256, 3))
+        # ... down to STREAM_MIN_MB each (size_mb when it is smaller).
+        self.assertEqual(probe.STREAM_MIN_MB, probe.stream_size_mb(256, 64))
+        self.assertEqual(8, probe.stream_size_mb(8, 4))
+        for size_mb in (1, 7, 64, 256, 1000, 4096):
+            for streams in (1, 2, 3, 8, 64, 256):
+                each = probe.stream_size_mb(size_mb, streams)
+                # Together at least the buffer one stream had (checked
+                # against the LLC), and bounded.
+                self.assertGreaterEqual(streams * each, size_mb)
+                self.assertLessEqual(
+                    streams * each,
+                    max(size_mb, streams * probe.STREAM_MIN_MB) + streams)
+                # Each stream copies at least size_mb per round.
+                self.assertGreaterEqual(
+                    each * probe.stream_passes(size_mb, streams), size_mb)
+        self.assertEqual(2 * 64 * 16, probe.cell_memory_mb(256, 64))
+        self.assertEqual(512, probe.cell_memory_mb(256, 1))
+        self.assertRaises(ValueError, probe.stream_size_mb, 256, 0)
+
+    def test_node_free_memory_from_sysfs(self):
+        root = self.useFixture(fixtures.TempDir()).path
+        os.makedirs(os.path.join(root, 'node1'))
+        with open(os.path.join(root, 'node1', 'meminfo'), 'w') as f:
+            f.write('Node 1 MemTotal:       16384000 kB\n'
+                    'Node 1 MemFree:         2097152 kB\n'
+                    'Node 1 MemUsed:        14286848 kB\n')
+        self.assertEqual(2048, probe.node_free_mb(1, root))
+        self.assertIsNone(probe.node_free_mb(2, root))
+
+
+class TestRunCell(base.TestCase):
+    """run_cell's children as run_children is asked for them."""
+
+    def setUp(self):
+        super().setUp()
+        self.free = self.useFixture(fixtures.MockPatchObject(
+            probe, 'node_free_mb', autospec=True, return_value=None)).mock
+        self.children = self.useFixture(fixtures.MockPatchObject(
+            probe, 'run_children', autospec=True)).mock
+        self.useFixture(fixtures.MockPatchObject(
+            probe, '_context', autospec=True))
+
+    def test_latency_alone_then_one_stream_per_cpu(self):
+        self.children.side_effect = [
+            [(12.5,)],
+            [(300e6, [(0.0, 0.1), (1.0, 1.06)]),
+             (300e6, [(0.0, 0.1), (1.0, 1.06)]),
+             (300e6, [(0.0, 0.1), (1.0, 1.06)])]]
+        latency, mbps = probe.run_cell(0, 1, [4, 5, 6, 7], 96, 2, 3)
+        self.assertEqual(12.5, latency)
+        # 900 MB in the best round's 0.06 s.
+        self.assertAlmostEqual(15000.0, mbps)
+        first, second = self.children.call_args_list
+        _ctx, target, name, arglists, labels, _deadline = first[0]
+        self.assertEqual(probe._child_main, target)
+        self.assertEqual('numa-probe-0-1', name)
+        # One child on all of the node's CPUs, the whole buffer.
+        self.assertEqual([(1, [4, 5, 6, 7], 96, 2)], arglists)
+        self.assertEqual(['latency child'], labels)
+        _ctx, target, name, arglists, labels, _deadline = second[0]
+        # Three children, each on one CPU with its own 32 MiB, three
+        # copies a round, all on the same barrier and start time.
+        self.assertEqual([[4], [5], [6]], [a[1] for a in arglists])
+        self.assertEqual({(1, 32, 2, 3)},
+                         {(a[0], a[2], a[3], a[6]) for a in arglists})
+        self.assertEqual(1, len({id(a[4]) for a in arglists}))
+        self.assertEqual(['stream on CPU 4', 'stream on CPU 5',
+                          'stream on CPU 6'], labels)
+        self.assertNotIn('ran together', self.logger.output)
+
+    def test_streams_that_barely_overlap_are_logged(self):
+        self.children.side_effect = [
+            [(12.5,)], [(100e6, [(0.0, 1.0)]), (100e6, [(0.9, 1.9)])]]
+        self.assertEqual((12.5, 100e6 * 2 / 1.9 / 1e6),
+                         probe.run_cell(0, 0, [0, 1], 16, 1, 2))
+        self.assertIn('CPU node 0 -> memory node 0: the 2 streams all ran '
+                      'together for 5% of the best round only',
+                      self.logger.output)
+
+    def test_not_enough_free_memory_fails_before_any_child(self):
+        self.free.return_value = 100
+        e = self.assertRaises(OSError, probe.run_cell, 0, 1, [0, 1], 256, 1,
+                              2)
+        self.assertEqual(errno.ENOMEM, e.errno)
+        self.assertIn('memory node 1 has 100 MiB free but the cell needs '
+                      '512 MiB (2 streams x 2 x 128 MiB): use fewer streams '
+                      'or a smaller size', str(e))
+        self.free.assert_called_once_with(1)
+        self.children.assert_not_called()
+        # In the matrix: that cell NaN and logged, the others measured.
+        self.free.side_effect = lambda node: 100 if node == 1 else None
+        self.children.side_effect = lambda ctx, target, name, arglists, \
+            labels, deadline: ([(9.0,)] if len(arglists) == 1 else
+                               [(1e8, [(0.0, 0.1)])] * len(arglists))
+        matrix = probe.measure({0: [0, 1], 1: [2, 3]}, size_mb=256,
+                               repeat=1)
+        self.assertTrue(math.isnan(matrix.bandwidth_mbps[0][1]))
+        self.assertEqual(2000.0, matrix.bandwidth_mbps[0][0])
+        self.assertIn('CPU node 0 -> memory node 1 failed, recorded as NaN: '
+                      'OSError: [Errno 12] memory node 1 has 100 MiB free',
+                      self.logger.output)
+
+    def test_streams_must_fit_the_cpus(self):
+        self.assertRaises(ValueError, probe.run_cell, 0, 0, [0, 1], 16, 1, 3)
+        self.assertRaises(ValueError, probe.run_cell, 0, 0, [0, 1], 16, 1, 0)
+        self.children.assert_not_called()
+
+
+class TestRunChildren(base.TestCase):
+    """Children of the fork server, stand-ins for the measuring ones."""
+
+    def setUp(self):
+        super().setUp()
+        self.ctx = probe._context()
+
+    def children(self, target, arglists, timeout=60.0):
+        return probe.run_children(
+            self.ctx, target, 'test-probe', arglists,
+            ['child %d' % i for i in range(len(arglists))],
+            time.monotonic() + timeout)
+
+    def test_answers_in_order(self):
+        self.assertEqual([('a',), ('b',), ('c',)],
+                         self.children(probe_children.answer,
+                                       [('a',), ('b',), ('c',)]))
+
+    def test_a_failing_stream_stops_the_others_and_names_itself(self):
+        barrier = self.ctx.Barrier(3, timeout=60)
+        # Two wait at the barrier, the third fails: its error, not the
+        # others' 'broken', whatever order they answer in.
+        procs = [(probe_children.wait_at, barrier),
+                 (probe_children.wait_at, barrier),
+                 (probe_children.fail_then_break, barrier)]
+        e = self.assertRaises(OSError, probe.run_children, self.ctx,
+                              probe_children.dispatch, 'test-probe', procs,
+                              ['stream on CPU %d' % i for i in range(3)],
+                              time.monotonic() + 60)
+        self.assertEqual(errno.EPERM, e.errno)
+        self.assertEqual('stream on CPU 2: set_mempolicy refused',
+                         e.strerror)
+
+    def test_a_child_dying_without_an_answer(self):
+        barrier = self.ctx.Barrier(2, timeout=600)
+        # The other waits for it at the barrier until it is killed.
+        procs = [(probe_children.wait_at, barrier),
+                 (probe_children.die, 3)]
+        e = self.assertRaises(OSError, probe.run_children, self.ctx,
+                              probe_children.dispatch, 'test-probe', procs,
+                              ['child 0', 'child 1'],
+                              time.monotonic() + 600)
+        self.assertEqual('child 1 exited with code 3 without a result',
+                         str(e))
+
+    def test_timeout(self):
+        e = self.assertRaises(OSError, self.children, probe_children.hang,
+                              [(), ()], timeout=0.5)
+        self.assertEqual(errno.ETIMEDOUT, e.errno)
+        self.assertIn('timed out', str(e))
+
+    @mock.patch.object(probe.multiprocessing, 'get_context', autospec=True)
+    def test_fork_server_with_numpy_loaded(self, get_context):
+        self.assertEqual(get_context.return_value, probe._context())
+        get_context.assert_called_once_with('forkserver')
+        get_context.return_value.set_forkserver_preload.\
+            assert_called_once_with([probe.__name__, 'numpy'])
 
 
 class TestFiles(base.TestCase):
@@ -209,6 +512,65 @@ class TestFiles(base.TestCase):
         matrix = probe.load(self.path)
         self.assertEqual([[100.0, 160.0], [220.0, 110.0]], matrix.latency_ns)
         self.assertEqual('2024-01-01T00:00:00+00:00', matrix.measured_at)
+        self.assertEqual([4, 4], matrix.bandwidth_streams)
+
+    def test_version_1_file_is_one_stream_per_cell_with_a_warning(self):
+        self.write(version_1_data())
+        matrix = probe.load(self.path)
+        self.assertEqual([1, 1], matrix.bandwidth_streams)
+        self.assertEqual([[5600.0, 3700.0], [2000.0, 5500.0]],
+                         matrix.bandwidth_mbps)
+        warning = ('NUMA probe: %s is a version 1 file: its bandwidth was '
+                   'measured by one stream per cell, a fraction of what a '
+                   "node's CPUs move together; run nova-numa-overhead probe "
+                   'again\n' % self.path)
+        self.assertEqual(1, self.logger.output.count(warning))
+        self.assertEqual(1, len(self.logger.output.splitlines()))
+        # The cost model then keeps its ratios only (node_bandwidth_mbps
+        # 20000 MB/s here).
+        args = probe.as_topology_args(matrix)
+        self.assertEqual((1, 1), args['bandwidth_streams'])
+        model = cost.HostModel.build(
+            [4, 4], ((10, 21), (21, 10)), 20000.0,
+            matrix_mbps=args['bandwidth_mbps'],
+            matrix_streams=args['bandwidth_streams'])
+        self.assertEqual(20000.0, model.bandwidth_mbps[0])
+        self.assertAlmostEqual(20000.0 * 5500 / 5600, model.bandwidth_mbps[1])
+        # Saved again, it says what it is: one stream each.
+        probe.save(matrix, self.path)
+        self.assertEqual(matrix, probe.load(self.path))
+        # A node without CPUs has no row and no stream.
+        self.write(version_1_data(latency_ns=[[100.0, 160.0], None],
+                                  bandwidth_mbps=[[5600.0, 3700.0], None]))
+        self.assertEqual([1, None], probe.load(
+            self.path, cpu_less=[1]).bandwidth_streams)
+
+    def test_bad_bandwidth_streams(self):
+        for streams, message in (
+                ('4', "bandwidth_streams must be a list of 2 entries (one "
+                      "per node), not '4'"),
+                ([4], 'bandwidth_streams must be a list of 2 entries'),
+                ({'0': 4, '1': 4}, 'bandwidth_streams must be a list'),
+                ([4, 0], 'bandwidth_streams[1] (CPU node 1) must be a '
+                         'positive integer, not 0'),
+                ([4, -2], 'not -2'),
+                ([4, 2.0], 'not 2.0'),
+                ([True, 4], 'bandwidth_streams[0] (CPU node 0) must be a '
+                            'positive integer, not True'),
+                ([4, '4'], "not '4'"),
+                # Null only for a node without CPUs (a null row).
+                ([4, None], 'bandwidth_streams[1] (CPU node 1) must be a '
+                            'positive integer, not None')):
+            self.write(valid_file_data(bandwidth_streams=streams))
+            e = self.assertRaises(ValueError, probe.load, self.path)
+            self.assertIn(message, str(e))
+            self.assertTrue(str(e).startswith(self.path + ': '), e)
+            self.assertNotIn('\n', str(e))
+        data = valid_file_data()
+        del data['bandwidth_streams']
+        self.assertRejected(data, 'missing bandwidth_streams')
+        self.assertRejected(dict(version_1_data(), bandwidth_streams=[4, 4]),
+                            'bandwidth_streams in a version 1 file')
 
     def test_nan_cell_is_saved_as_null_and_rejected(self):
         matrix = probe.measure(TWO_NODES, runner=amd_runner)
@@ -248,8 +610,10 @@ class TestFiles(base.TestCase):
     def test_malformed_files(self):
         self.assertRejected('{"version": 1,', 'not valid JSON')
         self.assertRejected([1, 2], 'expected a JSON object')
-        self.assertRejected(valid_file_data(version=2),
-                            'unsupported version 2')
+        self.assertRejected(valid_file_data(version=3),
+                            'unsupported version 3 (expected 1 or 2)')
+        self.assertRejected(valid_file_data(version='2'),
+                            "unsupported version '2'")
         data = valid_file_data()
         del data['bandwidth_mbps']
         self.assertRejected(data, 'missing bandwidth_mbps')
@@ -290,7 +654,8 @@ class TestFiles(base.TestCase):
             'latency_ns[1][1]')
         # Python's json reads NaN although save() never writes it.
         self.assertRejected(
-            '{"version": 1, "measured_at": "", "size_mb": 1, "nodes": [0],'
+            '{"version": 2, "measured_at": "", "size_mb": 1, "nodes": [0],'
+            ' "bandwidth_streams": [1],'
             ' "latency_ns": [[NaN]], "bandwidth_mbps": [[1.0]]}',
             'latency_ns[0][0] (CPU node 0, memory node 0) is not a '
             'positive number: nan')
@@ -387,52 +752,6 @@ class TestBindMemory(base.TestCase):
         self.assertRaises(ValueError, probe.bind_memory, -1)
 
 
-class TestChild(base.TestCase):
-    """The child's error reporting and the parent's reading of it."""
-
-    def setUp(self):
-        super().setUp()
-        self.get_context = self.useFixture(fixtures.MockPatchObject(
-            probe.multiprocessing, 'get_context', autospec=True)).mock
-        self.ctx = self.get_context.return_value
-        self.reader = mock.Mock()
-        self.ctx.Pipe.return_value = (self.reader, mock.Mock())
-        self.proc = self.ctx.Process.return_value
-
-    def test_result(self):
-        self.reader.recv.return_value = ('ok', 12.5, 9000.0)
-        self.assertEqual((12.5, 9000.0), probe.run_cell(0, 1, [0], 16, 1))
-        self.get_context.assert_called_once_with('forkserver')
-        self.ctx.set_forkserver_preload.assert_called_once_with(
-            [probe.__name__, 'numpy'])
-        self.proc.start.assert_called_once_with()
-        self.proc.join.assert_called_once_with()
-
-    def test_error_with_errno(self):
-        self.reader.recv.return_value = ('error', errno.EINVAL, 'bad node')
-        e = self.assertRaises(OSError, probe.run_cell, 0, 1, [0], 16, 1)
-        self.assertEqual(errno.EINVAL, e.errno)
-
-    def test_error_without_errno(self):
-        self.reader.recv.return_value = ('error', None, 'MemoryError: ')
-        e = self.assertRaises(OSError, probe.run_cell, 0, 1, [0], 16, 1)
-        self.assertEqual('MemoryError: ', str(e))
-
-    def test_child_died(self):
-        self.reader.recv.side_effect = EOFError
-        self.proc.exitcode = -9
-        e = self.assertRaises(OSError, probe.run_cell, 0, 1, [0], 16, 1)
-        self.assertIn('exited with code -9 without a result', str(e))
-
-    def test_timeout(self):
-        self.reader.poll.return_value = False
-        e = self.assertRaises(OSError, probe.run_cell, 0, 1, [0], 16, 1)
-        self.assertEqual(errno.ETIMEDOUT, e.errno)
-        self.proc.kill.assert_called_once_with()
-        self.proc.join.assert_called_once_with()
-        self.reader.close.assert_called_once_with()
-
-
 class TestChildMain(base.TestCase):
     """_child_main run in-process with pinning and binding mocked out."""
 
@@ -442,24 +761,56 @@ class TestChildMain(base.TestCase):
             probe.os, 'sched_setaffinity', autospec=True)).mock
         self.bind = self.useFixture(fixtures.MockPatchObject(
             probe, 'bind_memory', autospec=True)).mock
-        self.measure = self.useFixture(fixtures.MockPatchObject(
-            probe, 'measure_here', autospec=True,
-            return_value=(12.5, 9000.0))).mock
-        self.conn = mock.Mock()
+        self.latency = self.useFixture(fixtures.MockPatchObject(
+            probe, 'latency_here', autospec=True, return_value=12.5)).mock
+        self.stream = self.useFixture(fixtures.MockPatchObject(
+            probe, 'stream_here', autospec=True,
+            return_value=(64 * MIB, [(1.0, 1.1)]))).mock
+        # Records the order of the answer and the barrier's abort.
+        self.calls = mock.Mock()
+        self.conn = self.calls.conn
+        self.barrier = self.calls.barrier
 
-    def test_pins_binds_then_measures(self):
+    def test_pins_binds_then_measures_the_latency(self):
         probe._child_main(self.conn, 1, [4, 5], 16, 2)
         self.affinity.assert_called_once_with(0, [4, 5])
         self.bind.assert_called_once_with(1)
-        self.measure.assert_called_once_with(16, 2)
-        self.conn.send.assert_called_once_with(('ok', 12.5, 9000.0))
+        self.latency.assert_called_once_with(16, 2)
+        self.stream.assert_not_called()
+        self.conn.send.assert_called_once_with(('ok', 12.5))
+
+    def test_a_stream(self):
+        start_at = Shared()
+        probe._child_main(self.conn, 1, [5], 16, 2, self.barrier, start_at,
+                          4)
+        self.affinity.assert_called_once_with(0, [5])
+        self.stream.assert_called_once_with(16, 2, 4, self.barrier, start_at)
+        self.latency.assert_not_called()
+        self.conn.send.assert_called_once_with(
+            ('ok', 64 * MIB, [(1.0, 1.1)]))
+        self.barrier.abort.assert_not_called()
+
+    def test_a_failing_stream_answers_then_breaks_the_barrier(self):
+        self.bind.side_effect = OSError(errno.EPERM, 'refused')
+        probe._child_main(self.conn, 1, [5], 16, 2, self.barrier, Shared())
+        self.assertEqual(
+            [mock.call.conn.send(('error', errno.EPERM, 'refused')),
+             mock.call.conn.close(), mock.call.barrier.abort()],
+            self.calls.mock_calls)
+        self.stream.assert_not_called()
+
+    def test_a_stream_whose_sibling_failed(self):
+        self.stream.side_effect = threading.BrokenBarrierError
+        probe._child_main(self.conn, 1, [5], 16, 2, self.barrier, Shared())
+        self.conn.send.assert_called_once_with(
+            ('broken', None, 'another stream of the cell failed'))
 
     def test_bind_failure_is_sent(self):
         self.bind.side_effect = OSError(errno.EPERM, 'refused')
         probe._child_main(self.conn, 1, [4, 5], 16, 2)
         self.conn.send.assert_called_once_with(('error', errno.EPERM,
                                                 'refused'))
-        self.measure.assert_not_called()
+        self.latency.assert_not_called()
 
     def test_affinity_failure_names_the_cpus(self):
         self.affinity.side_effect = OSError(errno.EINVAL, 'Invalid argument')
@@ -470,7 +821,7 @@ class TestChildMain(base.TestCase):
         self.bind.assert_not_called()
 
     def test_other_failure_is_sent(self):
-        self.measure.side_effect = MemoryError('16 MiB')
+        self.latency.side_effect = MemoryError('16 MiB')
         probe._child_main(self.conn, 1, [4, 5], 16, 2)
         self.conn.send.assert_called_once_with(
             ('error', None, 'MemoryError: 16 MiB'))
