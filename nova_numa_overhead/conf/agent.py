@@ -393,7 +393,12 @@ Related options:
         min=1,
         help="""
 Usable memory bandwidth of one node's controller, in MB/s, against which
-vDARM's sensitivity factor compares a guest's bandwidth demand.
+vDARM's sensitivity factor compares a guest's bandwidth demand. The
+optimizer's cost model takes it as every node's controller bandwidth
+without a ``topology_file``; with one whose bandwidth was measured by fewer
+concurrent streams than a node has CPUs (``--streams``, or a file from an
+earlier version of the probe), as the bandwidth of its largest local
+figure, the rest scaled by the same factor.
 
 Possible values:
 
@@ -402,6 +407,7 @@ Possible values:
 Related options:
 
 * ``[numa_overhead_agent] rebalance_threshold``
+* ``[numa_overhead_agent] topology_file``
 """),
     cfg.BoolOpt(
         'colocate_vcpus',
@@ -665,7 +671,12 @@ Related options:
         help="""
 JSON file with a measured node-to-node latency and/or bandwidth matrix
 (``nova-numa-overhead probe`` writes it). Used instead of SLIT distances for
-the remote-access latency levels when present.
+the remote-access latency levels when present, and by the optimizer's cost
+model for every node pair's latency and bandwidth. Its bandwidth is taken
+as the controllers' and links' capacities when every CPU of each node
+measured it together (the probe's default); otherwise (``--streams``
+below a node's CPUs, or a file of the probe's format 1, one stream per
+cell, read with a warning) as ratios scaled to ``node_bandwidth_mbps``.
 
 Possible values:
 
@@ -674,6 +685,7 @@ Possible values:
 Related options:
 
 * ``[numa_overhead_agent] rml_thresholds``
+* ``[numa_overhead_agent] node_bandwidth_mbps``
 """),
     _thresholds('llc', estimator.DEFAULT_LLC_THRESHOLDS,
                 'LLC contention (1 - LLC hit rate)'),
