@@ -441,6 +441,7 @@ def run_children(ctx, target, name: str, arglists: list, labels: list,
     procs, readers = [], []
     results = [None] * len(arglists)
     error = None
+    done = False
     try:
         for i, args in enumerate(arglists):
             reader, writer = ctx.Pipe(duplex=False)
@@ -457,7 +458,8 @@ def run_children(ctx, target, name: str, arglists: list, labels: list,
                      if remaining > 0 else [])
             if not ready:
                 error = OSError(errno.ETIMEDOUT, 'probe child timed out '
-                                'after %.0f s' % CHILD_TIMEOUT)
+                                '(%.0f s allowed for a cell)'
+                                % CHILD_TIMEOUT)
                 break
             for reader in ready:
                 i = pending.pop(reader)
@@ -471,8 +473,11 @@ def run_children(ctx, target, name: str, arglists: list, labels: list,
                         del pending[reader]
                         results[i] = _receive(reader, procs[i])
                 error = _failure(results, labels)
+        done = error is None
     finally:
-        if error is not None:
+        if not done:
+            # A failure, or an exception here (a child that could not
+            # start, ^C): the others would wait at their barrier.
             for proc in procs:
                 proc.kill()
         for reader in readers:

@@ -479,6 +479,22 @@ class TestRunChildren(base.TestCase):
         self.assertEqual(errno.ETIMEDOUT, e.errno)
         self.assertIn('timed out', str(e))
 
+    def test_a_child_that_cannot_start_stops_the_others(self):
+        ctx = mock.Mock()
+        ctx.Pipe.side_effect = lambda duplex: (mock.Mock(), mock.Mock())
+        started = mock.Mock()
+        failed = mock.Mock()
+        failed.start.side_effect = OSError(errno.EAGAIN, 'fork failed')
+        ctx.Process.side_effect = [started, failed]
+        e = self.assertRaises(OSError, probe.run_children, ctx,
+                              probe_children.answer, 'test-probe',
+                              [('a',), ('b',)], ['child 0', 'child 1'],
+                              time.monotonic() + 60)
+        self.assertEqual(errno.EAGAIN, e.errno)
+        # The one started would wait for the other at its barrier.
+        started.kill.assert_called_once_with()
+        started.join.assert_called_once_with()
+
     @mock.patch.object(probe.multiprocessing, 'get_context', autospec=True)
     def test_fork_server_with_numpy_loaded(self, get_context):
         self.assertEqual(get_context.return_value, probe._context())
