@@ -93,8 +93,9 @@ STREAM_MIN_MB = 16
 # on its own CPU until then: a spin ends within microseconds of it, where
 # the wake-ups from a barrier spread over up to milliseconds.
 START_MARGIN = 0.02     # seconds
-# Below this share of a round during which every stream was copying, the
-# streams did not really run together (a busy host): warn.
+# Below this share of a round during which every stream was copying, or of
+# its copying time a stream had its CPU, the streams did not really run
+# together (a busy host): warn.
 MIN_OVERLAP = 0.9
 
 _MIB = 1024 * 1024
@@ -324,8 +325,11 @@ def stream_here(size_mb: int, repeat: int, passes: int, barrier,
     shared double) :data:`START_MARGIN` ahead, all meet again and spin
     until then, and copy ``passes`` times. Each round is returned as its
     (start, end) on ``time.monotonic()``, which is CLOCK_MONOTONIC, one
-    clock for every process of the host: :func:`aggregate_streams`
-    compares them.
+    clock for every process of the host, so that
+    :func:`aggregate_streams` can compare them, and the CPU time the
+    stream had meanwhile (``time.thread_time()``; a copy stalled on
+    memory still counts): less than the wall time when other work shared
+    its CPU.
     """
     import numpy as np
 
@@ -342,17 +346,18 @@ def stream_here(size_mb: int, repeat: int, passes: int, barrier,
         while time.monotonic() < begin:
             pass
         start = time.monotonic()
+        cpu = time.thread_time()
         for _ in range(passes):
             np.copyto(dst, src)
-        rounds.append((start, time.monotonic()))
+        rounds.append((start, time.monotonic(), time.thread_time() - cpu))
     return 2 * src.nbytes * passes, rounds
 
 
-def aggregate_streams(results) -> tuple[float, float]:
-    """(MB/s, overlap) of concurrent streams, from their rounds.
+def aggregate_streams(results) -> tuple[float, float, float]:
+    """(MB/s, overlap, on CPU) of concurrent streams, from their rounds.
 
-    ``results`` holds one ``(bytes per round, [(start, end), ...])`` per
-    stream, round ``r`` of every stream started together
+    ``results`` holds one ``(bytes per round, [(start, end, cpu), ...])``
+    per stream, round ``r`` of every stream started together
     (:func:`stream_here`). As STREAM times its threads, a round's
     bandwidth is the bytes all streams copied divided by the wall time
     from the first start to the last end, and the best round is kept, in
@@ -361,20 +366,24 @@ def aggregate_streams(results) -> tuple[float, float]:
     streams moved together, never add up rates of copies that did not
     overlap. ``overlap`` is the share of that round's wall time during
     which every stream was copying (1.0: they ran together throughout;
-    0.0: never all at once).
+    0.0: never all at once); ``on CPU`` is the smallest share of its own
+    copying time that a stream of that round had its CPU (below 1.0:
+    other work ran on it; the streams then overlap in time but not in
+    what they move).
     """
     if not results:
         raise ValueError('no streams')
     best = None
     for rounds in zip(*(r[1] for r in results)):
-        span = max(end for _, end in rounds) - min(s for s, _ in rounds)
+        span = (max(r[1] for r in rounds) - min(r[0] for r in rounds))
         if span <= 0:
             continue
-        together = (min(end for _, end in rounds) -
-                    max(s for s, _ in rounds))
+        together = min(r[1] for r in rounds) - max(r[0] for r in rounds)
+        on_cpu = min(min(r[2] / (r[1] - r[0]), 1.0) if r[1] > r[0] else 1.0
+                     for r in rounds)
         rate = sum(r[0] for r in results) / span / 1e6
         if best is None or rate > best[0]:
-            best = (rate, max(together, 0.0) / span)
+            best = (rate, max(together, 0.0) / span, on_cpu)
     if best is None:
         raise ValueError('no round with a positive duration')
     return best
@@ -524,8 +533,8 @@ def run_cell(cpu_node: int, mem_node: int, cpus: list[int], size_mb: int,
     ``mem_node``, each copying arrays of :func:`stream_size_mb`
     :func:`stream_passes` times per round; the
     cell's bandwidth is their sum as :func:`aggregate_streams` takes it
-    (a warning when they did not overlap for :data:`MIN_OVERLAP` of the
-    round).
+    (a warning when they did not all copy together, or did not have their
+    CPUs, for :data:`MIN_OVERLAP` of the round).
 
     The children are forked from multiprocessing's fork server, a fresh
     interpreter started once with this module and numpy loaded, not from
@@ -565,13 +574,14 @@ def run_cell(cpu_node: int, mem_node: int, cpus: list[int], size_mb: int,
         [(mem_node, [cpu], per_stream, repeat, barrier, start_at,
           stream_passes(size_mb, streams)) for cpu in chosen],
         ['stream on CPU %d' % cpu for cpu in chosen], deadline)
-    mbps, overlap = aggregate_streams(results)
-    if overlap < MIN_OVERLAP:
-        LOG.warning('NUMA probe: CPU node %d -> memory node %d: the %d '
-                    'streams all ran together for %.0f%% of the best '
-                    'round only (a busy host?): its %.0f MB/s understate '
+    mbps, overlap, on_cpu = aggregate_streams(results)
+    if min(overlap, on_cpu) < MIN_OVERLAP:
+        LOG.warning('NUMA probe: CPU node %d -> memory node %d: in the best '
+                    'round the %d streams all copied together for %.0f%% '
+                    'of the time and had their CPUs for %.0f%% of theirs '
+                    '(other work on the host?): its %.0f MB/s understate '
                     'them', cpu_node, mem_node, streams, 100 * overlap,
-                    mbps)
+                    100 * on_cpu, mbps)
     return float(latency), float(mbps)
 
 

@@ -118,9 +118,13 @@ class TestRealProbe(base.TestCase):
         for r in (1, 2):
             self.assertGreaterEqual(min(s[1][r][0] for s in results),
                                     max(s[1][r - 1][1] for s in results))
-        mbps, overlap = probe.aggregate_streams(results)
+        for _nbytes, rounds in results:
+            self.assertTrue(all(0 <= cpu <= 1.01 * (end - start)
+                                for start, end, cpu in rounds), rounds)
+        mbps, overlap, on_cpu = probe.aggregate_streams(results)
         self.assertGreater(mbps, 0)
         self.assertTrue(0.0 <= overlap <= 1.0, overlap)
+        self.assertTrue(0.0 <= on_cpu <= 1.0, on_cpu)
         # The same through run_cell: the latency, then both streams.
         latency, bandwidth = probe.run_cell(0, 0, self.nodes[0], 16, 1, 2)
         self.assertGreater(latency, 0)
@@ -140,7 +144,8 @@ class TestRealProbe(base.TestCase):
                                            Shared())
         self.assertEqual(3 * 2 * MIB, nbytes)
         self.assertEqual(2, len(rounds))
-        self.assertTrue(all(end > start for start, end in rounds))
+        self.assertTrue(all(end > start and cpu > 0
+                            for start, end, cpu in rounds))
 
 
 class TestMeasure(base.TestCase):
@@ -215,7 +220,7 @@ class TestMeasure(base.TestCase):
             if name == 'numa-probe-1-0':
                 raise OSError(errno.EPERM, '%s: set_mempolicy refused'
                               % labels[2])
-            return [(200e6, [(0.0, 0.1)])] * len(arglists)
+            return [(200e6, [(0.0, 0.1, 0.1)])] * len(arglists)
 
         run_children.side_effect = children
         matrix = probe.measure(TWO_NODES, size_mb=16, repeat=1)
@@ -293,25 +298,32 @@ class TestStreams(base.TestCase):
 
     def test_concurrent_streams_are_summed(self):
         # Two streams of 100 MB per round; the best round is kept.
-        results = [(100e6, [(0.0, 1.0), (10.0, 10.5)]),
-                   (100e6, [(0.0, 1.0), (10.0, 10.5)])]
-        self.assertEqual((400.0, 1.0), probe.aggregate_streams(results))
+        results = [(100e6, [(0.0, 1.0, 1.0), (10.0, 10.5, 0.5)]),
+                   (100e6, [(0.0, 1.0, 1.0), (10.0, 10.5, 0.5)])]
+        self.assertEqual((400.0, 1.0, 1.0), probe.aggregate_streams(results))
         # Eight streams moving 50 MB each in 0.1 s: 4000 MB/s.
-        mbps, overlap = probe.aggregate_streams([(50e6, [(5.0, 5.1)])] * 8)
+        mbps, overlap, on_cpu = probe.aggregate_streams(
+            [(50e6, [(5.0, 5.1, 0.1)])] * 8)
         self.assertAlmostEqual(4000.0, mbps)
-        self.assertEqual(1.0, overlap)
+        self.assertEqual((1.0, 1.0), (overlap, on_cpu))
 
     def test_streams_that_do_not_overlap_are_not_added_up(self):
         # One after the other: their bytes over both their times, as if
         # one stream had copied them (not 200 MB/s, the sum of rates).
-        self.assertEqual((100.0, 0.0), probe.aggregate_streams(
-            [(100e6, [(0.0, 1.0)]), (100e6, [(1.0, 2.0)])]))
+        self.assertEqual((100.0, 0.0, 1.0), probe.aggregate_streams(
+            [(100e6, [(0.0, 1.0, 1.0)]), (100e6, [(1.0, 2.0, 1.0)])]))
         # Half a round apart: all together a third of the wall time.
-        mbps, overlap = probe.aggregate_streams(
-            [(100e6, [(0.0, 1.0)]), (100e6, [(0.5, 1.5)])])
+        mbps, overlap, _ = probe.aggregate_streams(
+            [(100e6, [(0.0, 1.0, 1.0)]), (100e6, [(0.5, 1.5, 1.0)])])
         self.assertAlmostEqual(200.0 / 1.5, mbps)
         self.assertAlmostEqual(1.0 / 3.0, overlap)
         self.assertRaises(ValueError, probe.aggregate_streams, [])
+
+    def test_streams_sharing_their_cpus_with_other_work(self):
+        # Together all the time, but the second stream had its CPU for
+        # 0.4 s of its 1 s (another process ran there).
+        self.assertEqual((200.0, 1.0, 0.4), probe.aggregate_streams(
+            [(100e6, [(0.0, 1.0, 1.0)]), (100e6, [(0.0, 1.0, 0.4)])]))
 
     def test_per_stream_size(self):
         # One stream: the whole buffer, as before streams.
@@ -365,9 +377,9 @@ class TestRunCell(base.TestCase):
     def test_latency_alone_then_one_stream_per_cpu(self):
         self.children.side_effect = [
             [(12.5,)],
-            [(300e6, [(0.0, 0.1), (1.0, 1.06)]),
-             (300e6, [(0.0, 0.1), (1.0, 1.06)]),
-             (300e6, [(0.0, 0.1), (1.0, 1.06)])]]
+            [(300e6, [(0.0, 0.1, 0.1), (1.0, 1.06, 0.06)]),
+             (300e6, [(0.0, 0.1, 0.1), (1.0, 1.06, 0.06)]),
+             (300e6, [(0.0, 0.1, 0.1), (1.0, 1.06, 0.06)])]]
         latency, mbps = probe.run_cell(0, 1, [4, 5, 6, 7], 96, 2, 3)
         self.assertEqual(12.5, latency)
         # 900 MB in the best round's 0.06 s.
@@ -388,16 +400,27 @@ class TestRunCell(base.TestCase):
         self.assertEqual(1, len({id(a[4]) for a in arglists}))
         self.assertEqual(['stream on CPU 4', 'stream on CPU 5',
                           'stream on CPU 6'], labels)
-        self.assertNotIn('ran together', self.logger.output)
+        self.assertNotIn('understate', self.logger.output)
 
     def test_streams_that_barely_overlap_are_logged(self):
         self.children.side_effect = [
-            [(12.5,)], [(100e6, [(0.0, 1.0)]), (100e6, [(0.9, 1.9)])]]
+            [(12.5,)],
+            [(100e6, [(0.0, 1.0, 1.0)]), (100e6, [(0.9, 1.9, 1.0)])]]
         self.assertEqual((12.5, 100e6 * 2 / 1.9 / 1e6),
                          probe.run_cell(0, 0, [0, 1], 16, 1, 2))
-        self.assertIn('CPU node 0 -> memory node 0: the 2 streams all ran '
-                      'together for 5% of the best round only',
+        self.assertIn('CPU node 0 -> memory node 0: in the best round the 2 '
+                      'streams all copied together for 5% of the time and '
+                      'had their CPUs for 100% of theirs (other work on the '
+                      'host?): its 105 MB/s understate them',
                       self.logger.output)
+
+    def test_streams_that_share_their_cpus_are_logged(self):
+        self.children.side_effect = [
+            [(12.5,)],
+            [(100e6, [(0.0, 1.0, 1.0)]), (100e6, [(0.0, 1.0, 0.5)])]]
+        probe.run_cell(0, 0, [0, 1], 16, 1, 2)
+        self.assertIn('all copied together for 100% of the time and had '
+                      'their CPUs for 50% of theirs', self.logger.output)
 
     def test_not_enough_free_memory_fails_before_any_child(self):
         self.free.return_value = 100
@@ -413,7 +436,7 @@ class TestRunCell(base.TestCase):
         self.free.side_effect = lambda node: 100 if node == 1 else None
         self.children.side_effect = lambda ctx, target, name, arglists, \
             labels, deadline: ([(9.0,)] if len(arglists) == 1 else
-                               [(1e8, [(0.0, 0.1)])] * len(arglists))
+                               [(1e8, [(0.0, 0.1, 0.1)])] * len(arglists))
         matrix = probe.measure({0: [0, 1], 1: [2, 3]}, size_mb=256,
                                repeat=1)
         self.assertTrue(math.isnan(matrix.bandwidth_mbps[0][1]))
@@ -781,7 +804,7 @@ class TestChildMain(base.TestCase):
             probe, 'latency_here', autospec=True, return_value=12.5)).mock
         self.stream = self.useFixture(fixtures.MockPatchObject(
             probe, 'stream_here', autospec=True,
-            return_value=(64 * MIB, [(1.0, 1.1)]))).mock
+            return_value=(64 * MIB, [(1.0, 1.1, 0.1)]))).mock
         # Records the order of the answer and the barrier's abort.
         self.calls = mock.Mock()
         self.conn = self.calls.conn
@@ -803,7 +826,7 @@ class TestChildMain(base.TestCase):
         self.stream.assert_called_once_with(16, 2, 4, self.barrier, start_at)
         self.latency.assert_not_called()
         self.conn.send.assert_called_once_with(
-            ('ok', 64 * MIB, [(1.0, 1.1)]))
+            ('ok', 64 * MIB, [(1.0, 1.1, 0.1)]))
         self.barrier.abort.assert_not_called()
 
     def test_a_failing_stream_answers_then_breaks_the_barrier(self):
