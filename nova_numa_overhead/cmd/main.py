@@ -65,8 +65,9 @@ def main(argv=None) -> int:
     probe.add_argument('--streams', type=common.bounded_int(
                        1, PROBE_MAX_STREAMS), default=None, metavar='N',
                        help='concurrent copy streams that measure the '
-                            'bandwidth, one per CPU of the CPU node, at '
-                            'most N (default: all of its CPUs; fewer make '
+                            'bandwidth, one per CPU of the CPU node that '
+                            'the probe may run on, at most N (default: '
+                            'all of them; fewer than the node has make '
                             'the agent take the bandwidth as ratios only)')
     simulate = sub.add_parser(
         'simulate', help='run the simulated NUMA host (or cluster) under '

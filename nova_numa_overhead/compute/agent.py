@@ -261,7 +261,8 @@ class Agent:
             '[numa_overhead_agent] node_bandwidth_mbps (%(mbps)d MB/s): '
             'CPU nodes %(nodes)s were measured with fewer concurrent '
             'streams than they have CPUs (%(detail)s); run '
-            'nova-numa-overhead probe again to measure capacities',
+            'nova-numa-overhead probe again, without --streams and on '
+            'all CPUs (outside any cpuset), to measure capacities',
             {'source': source, 'mbps': self.opts.node_bandwidth_mbps,
              'nodes': ', '.join(str(topology.nodes[i].id) for i in partial),
              'detail': ', '.join(

@@ -23,9 +23,10 @@ the agent's own memory and CPU affinity are never touched.
 
 Each cell is measured twice. The latency proxy comes from one child alone
 (idle latency). The bandwidth comes from concurrent streams: one child per
-CPU of the CPU node (``streams`` limits them), each pinned to one CPU,
-copying its own arrays at the same time as the others; the cell's
-bandwidth is what they move together (:func:`aggregate_streams`). One
+CPU of the CPU node that the probe may run on (its cpuset and affinity;
+``streams`` limits them), each pinned to one CPU, copying its own arrays
+at the same time as the others; the cell's bandwidth is what they move
+together (:func:`aggregate_streams`). One
 single-threaded copy reaches only a fraction of a node's memory
 controller (typically 10-30% on a server socket), and the cost model
 takes the diagonal as each controller's capacity and the rest as the
@@ -144,6 +145,29 @@ def parse_cpulist(text: str) -> list[int]:
             raise ValueError('bad cpulist range %r in %r' % (part, text))
         cpus.extend(range(first, last + 1))
     return sorted(set(cpus))
+
+
+def format_cpulist(cpus) -> str:
+    """``cpus`` as a cpulist such as ``0-3,8`` (:func:`parse_cpulist`'s
+    inverse).
+    """
+    ranges = []
+    for cpu in sorted(set(cpus)):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ','.join('%d' % a if a == b else '%d-%d' % (a, b)
+                    for a, b in ranges)
+
+
+def allowed_cpus() -> set[int]:
+    """The CPUs this process may run on (its cpuset and affinity).
+
+    The measuring children are pinned to CPUs among them only: outside
+    its cpuset, ``sched_setaffinity`` fails with EINVAL.
+    """
+    return set(os.sched_getaffinity(0))
 
 
 def host_nodes(root: str = NODE_SYSFS) -> dict[int, list[int]]:
@@ -527,14 +551,15 @@ def run_cell(cpu_node: int, mem_node: int, cpus: list[int], size_mb: int,
     """Measure one cell in fresh child processes: (latency_ns, MB/s).
 
     First the latency proxy, by one child pinned to ``cpus`` (the CPU
-    node's) and alone on the host's memory system as far as the probe
-    goes. Then the bandwidth: ``streams`` children started together, each
-    pinned to one of the first ``streams`` of ``cpus`` and bound to
-    ``mem_node``, each copying arrays of :func:`stream_size_mb`
-    :func:`stream_passes` times per round; the
-    cell's bandwidth is their sum as :func:`aggregate_streams` takes it
-    (a warning when they did not all copy together, or did not have their
-    CPUs, for :data:`MIN_OVERLAP` of the round).
+    node's that this process may run on) and alone on the host's memory
+    system as far as the probe goes. Then the bandwidth: ``streams``
+    children started together, each pinned to one of the first
+    ``streams`` of ``cpus`` and bound to ``mem_node``, each copying
+    arrays of :func:`stream_size_mb` :func:`stream_passes` times per
+    round; the cell's bandwidth is their sum as
+    :func:`aggregate_streams` takes it (a warning when they did not all
+    copy together, or did not have their CPUs, for :data:`MIN_OVERLAP`
+    of the round).
 
     The children are forked from multiprocessing's fork server, a fresh
     interpreter started once with this module and numpy loaded, not from
@@ -628,12 +653,17 @@ def measure(nodes: dict[int, list[int]], size_mb: int = 64, repeat: int = 3,
     """Measure every (CPU node, memory node) cell, one after the other.
 
     ``nodes`` maps node id -> CPU ids (see :func:`host_nodes`); the matrix
-    follows the sorted node ids. The bandwidth of a row is measured by as
-    many concurrent streams as its node has CPUs, at most ``streams``
-    (None: all of them), on its lowest-numbered CPUs; the count is kept
-    in ``Matrix.bandwidth_streams``. ``runner(cpu_node, mem_node, cpus,
-    size_mb, repeat, streams)`` returns ``(latency_ns, bandwidth_mbps)``
-    for one cell, :func:`run_cell` by default. A cell whose runner fails
+    follows the sorted node ids. Only the CPUs of a node that this process
+    may run on (:func:`allowed_cpus`) measure its row: a child cannot pin
+    itself outside its cpuset. The bandwidth of a row is measured by as
+    many concurrent streams as there are such CPUs, at most ``streams``
+    (None: all of them), on the lowest-numbered ones; the count is kept
+    in ``Matrix.bandwidth_streams`` (fewer than the node's CPUs: logged,
+    and the cost model then takes the bandwidth as ratios only). A node
+    none of whose CPUs is allowed has a NaN row, logged.
+    ``runner(cpu_node, mem_node, cpus, size_mb, repeat, streams)``
+    returns ``(latency_ns, bandwidth_mbps)`` for one cell,
+    :func:`run_cell` by default. A cell whose runner fails
     or returns a non-positive value is NaN and logged: one bad cell never
     stops the others. Cells run one at a time so that they do not compete
     for the interconnect; guests running meanwhile still disturb them.
@@ -651,12 +681,27 @@ def measure(nodes: dict[int, list[int]], size_mb: int = 64, repeat: int = 3,
     latency = [[math.nan] * len(ids) for _ in ids]
     bandwidth = [[math.nan] * len(ids) for _ in ids]
     counts = [None] * len(ids)
+    allowed = allowed_cpus()
     for a, cpu_node in enumerate(ids):
-        cpus = sorted(nodes[cpu_node])
-        if not cpus:
+        node_cpus = sorted(nodes[cpu_node])
+        if not node_cpus:
             LOG.warning('NUMA probe: node %d has no CPUs: its row is NaN',
                         cpu_node)
             continue
+        cpus = [cpu for cpu in node_cpus if cpu in allowed]
+        if not cpus:
+            LOG.warning('NUMA probe: none of the CPUs of node %d (%s) is '
+                        'in the CPU affinity of the probe (%s; cpuset or '
+                        'taskset): its row is NaN', cpu_node,
+                        format_cpulist(node_cpus), format_cpulist(allowed))
+            continue
+        if len(cpus) < len(node_cpus):
+            LOG.warning('NUMA probe: CPU node %d: only %d of its %d CPUs '
+                        '(%s) are in the CPU affinity of the probe (cpuset '
+                        'or taskset): its bandwidth is measured by at most '
+                        '%d streams, which the cost model takes as ratios '
+                        'only', cpu_node, len(cpus), len(node_cpus),
+                        format_cpulist(cpus), len(cpus))
         count = len(cpus) if streams is None else min(streams, len(cpus))
         counts[a] = count
         LOG.debug('NUMA probe: CPU node %d: bandwidth by %d concurrent '

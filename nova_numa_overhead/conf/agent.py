@@ -396,9 +396,10 @@ Usable memory bandwidth of one node's controller, in MB/s, against which
 vDARM's sensitivity factor compares a guest's bandwidth demand. The
 optimizer's cost model takes it as every node's controller bandwidth
 without a ``topology_file``; with one whose bandwidth was measured by fewer
-concurrent streams than a node has CPUs (``--streams``, or a file from an
-earlier version of the probe), as the bandwidth of its largest local
-figure, the rest scaled by the same factor.
+concurrent streams than a node has CPUs (``--streams``, a probe confined by
+a cpuset or affinity to some of a node's CPUs, or a file from an earlier
+version of the probe), as the bandwidth of its largest local figure, the
+rest scaled by the same factor.
 
 Possible values:
 
@@ -675,8 +676,9 @@ the remote-access latency levels when present, and by the optimizer's cost
 model for every node pair's latency and bandwidth. Its bandwidth is taken
 as the controllers' and links' capacities when every CPU of each node
 measured it together (the probe's default); otherwise (``--streams``
-below a node's CPUs, or a file of the probe's format 1, one stream per
-cell, read with a warning) as ratios scaled to ``node_bandwidth_mbps``.
+below a node's CPUs, a probe confined by a cpuset or affinity to some of
+a node's CPUs, or a file of the probe's format 1, one stream per cell,
+read with a warning) as ratios scaled to ``node_bandwidth_mbps``.
 
 Possible values:
 

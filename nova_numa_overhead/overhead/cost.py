@@ -109,8 +109,10 @@ class HostModel:
         controllers', the rest the links') only when every measured row
         was measured by as many concurrent streams as its node has CPUs
         (``matrix_streams``, per node; None: one stream each, an old
-        probe file). Otherwise what one or a few streams move is a
-        fraction of a controller, and the matrix gives ratios only: it is
+        probe file). Otherwise (``--streams``, a probe confined by a
+        cpuset or affinity to some of a node's CPUs, an old file) what
+        one or a few streams move is a fraction of a controller, and the
+        matrix gives ratios only: it is
         scaled so that its largest diagonal cell is ``bandwidth_mbps``
         (:func:`partial_rows`).
         """

@@ -63,6 +63,13 @@ def version_1_data(**overrides):
     return data
 
 
+def allow_all_cpus(test):
+    """As if the probe could run on every CPU of the fake nodes."""
+    return test.useFixture(fixtures.MockPatchObject(
+        probe, 'allowed_cpus', autospec=True,
+        return_value=set(range(64)))).mock
+
+
 class Shared:
     """What ``ctx.RawValue('d')`` is to a stream, in one process."""
 
@@ -83,11 +90,23 @@ class TestRealProbe(base.TestCase):
             self.skipTest('no node 0 with CPUs in sysfs')
 
     def test_one_node_matrix_is_positive_and_finite(self):
-        matrix = probe.measure({0: self.nodes[0]}, size_mb=16, repeat=1)
+        # Node 0 with a CPU this process may not run on, as under a
+        # cpuset: a child pinned to it would fail with EINVAL.
+        allowed = os.sched_getaffinity(0)
+        outside = max(allowed | set(self.nodes[0])) + 1
+        usable = [cpu for cpu in self.nodes[0] if cpu in allowed]
+        if not usable:
+            self.skipTest('no CPU of node 0 in this process affinity')
+        matrix = probe.measure({0: self.nodes[0] + [outside]}, size_mb=16,
+                               repeat=1)
         self.assertEqual([0], matrix.nodes)
         self.assertEqual(16, matrix.size_mb)
-        # Every CPU of the node copied.
-        self.assertEqual([len(self.nodes[0])], matrix.bandwidth_streams)
+        # Every CPU of the node that the probe may use copied.
+        self.assertEqual([len(usable)], matrix.bandwidth_streams)
+        self.assertIn('CPU node 0: only %d of its %d CPUs'
+                      % (len(usable), len(self.nodes[0]) + 1),
+                      self.logger.output)
+        self.assertNotIn('failed', self.logger.output)
         self.assertEqual(1, len(matrix.latency_ns))
         self.assertEqual(1, len(matrix.latency_ns[0]))
         for value in (matrix.latency_ns[0][0], matrix.bandwidth_mbps[0][0]):
@@ -149,6 +168,10 @@ class TestRealProbe(base.TestCase):
 
 
 class TestMeasure(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.allowed = allow_all_cpus(self)
 
     def test_asymmetric_matrix_round_trip(self):
         runner = mock.create_autospec(amd_runner, side_effect=amd_runner)
@@ -232,6 +255,48 @@ class TestMeasure(base.TestCase):
         self.assertIn('CPU node 1 -> memory node 0 failed, recorded as NaN: '
                       'PermissionError: [Errno 1] stream on CPU 6: '
                       'set_mempolicy refused', self.logger.output)
+
+    def test_only_cpus_the_probe_may_run_on_measure(self):
+        # A cpuset or taskset leaves the probe CPUs 1, 2 and 4: a child
+        # pinned elsewhere would fail with EINVAL.
+        self.allowed.return_value = {1, 2, 4, 9}
+        runner = mock.create_autospec(amd_runner, side_effect=amd_runner)
+        matrix = probe.measure(TWO_NODES, runner=runner)
+        runner.assert_any_call(0, 1, [1, 2], 64, 3, 2)
+        runner.assert_any_call(1, 0, [4], 64, 3, 1)
+        self.assertEqual(4, runner.call_count)
+        self.assertEqual([2, 1], matrix.bandwidth_streams)
+        self.assertEqual([[5600.0, 3700.0], [2000.0, 5500.0]],
+                         matrix.bandwidth_mbps)
+        self.assertIn('CPU node 0: only 2 of its 4 CPUs (1-2) are in the '
+                      'CPU affinity of the probe (cpuset or taskset): its '
+                      'bandwidth is measured by at most 2 streams, which '
+                      'the cost model takes as ratios only',
+                      self.logger.output)
+        self.assertIn('CPU node 1: only 1 of its 4 CPUs (4)',
+                      self.logger.output)
+        # The file says so, and the cost model keeps the ratios only.
+        model = cost.HostModel.build(
+            [4, 4], ((10, 21), (21, 10)), 20000.0,
+            matrix_mbps=matrix.bandwidth_mbps,
+            matrix_streams=matrix.bandwidth_streams)
+        self.assertEqual(20000.0, model.bandwidth_mbps[0])
+        self.assertAlmostEqual(20000.0 * 5500 / 5600, model.bandwidth_mbps[1])
+        # --streams still limits them.
+        matrix = probe.measure(TWO_NODES, runner=amd_runner, streams=1)
+        self.assertEqual([1, 1], matrix.bandwidth_streams)
+
+    def test_node_with_no_cpu_the_probe_may_run_on(self):
+        self.allowed.return_value = {0, 1, 2, 3}
+        runner = mock.create_autospec(amd_runner, side_effect=amd_runner)
+        matrix = probe.measure(TWO_NODES, runner=runner)
+        self.assertEqual(2, runner.call_count)
+        self.assertEqual([4, None], matrix.bandwidth_streams)
+        self.assertTrue(all(math.isnan(v) for v in matrix.latency_ns[1]))
+        self.assertTrue(all(math.isnan(v) for v in matrix.bandwidth_mbps[1]))
+        self.assertIn('NUMA probe: none of the CPUs of node 1 (4-7) is in '
+                      'the CPU affinity of the probe (0-3; cpuset or '
+                      'taskset): its row is NaN', self.logger.output)
 
     def test_failing_cell_is_nan_and_logged(self):
         def runner(cpu_node, mem_node, cpus, size_mb, repeat, streams):
@@ -367,6 +432,7 @@ class TestRunCell(base.TestCase):
 
     def setUp(self):
         super().setUp()
+        allow_all_cpus(self)
         self.free = self.useFixture(fixtures.MockPatchObject(
             probe, 'node_free_mb', autospec=True, return_value=None)).mock
         self.children = self.useFixture(fixtures.MockPatchObject(
@@ -530,6 +596,7 @@ class TestFiles(base.TestCase):
 
     def setUp(self):
         super().setUp()
+        allow_all_cpus(self)
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.path = os.path.join(self.dir, 'topology.json')
 
@@ -741,6 +808,19 @@ class TestSysfs(base.TestCase):
         cpus = [c for node_cpus in nodes.values() for c in node_cpus]
         self.assertEqual(len(cpus), len(set(cpus)))
         self.assertLessEqual(os.sched_getaffinity(0), set(cpus))
+
+    def test_format_cpulist(self):
+        self.assertEqual('0-3,8-11', probe.format_cpulist(
+            [8, 9, 10, 11, 0, 1, 2, 3]))
+        self.assertEqual('5', probe.format_cpulist({5}))
+        self.assertEqual('0,2,4-5', probe.format_cpulist([0, 2, 4, 5, 5]))
+        self.assertEqual('', probe.format_cpulist([]))
+        for text in ('0-3,8-11', '1', '0,2-3,7'):
+            self.assertEqual(text, probe.format_cpulist(
+                probe.parse_cpulist(text)))
+
+    def test_allowed_cpus_are_this_process_affinity(self):
+        self.assertEqual(os.sched_getaffinity(0), probe.allowed_cpus())
 
     def test_parse_cpulist(self):
         self.assertEqual([0, 1, 2, 3, 8, 9, 10, 11],
