@@ -82,6 +82,9 @@ MPOL_BIND = 2
 
 CACHE_LINE = 64         # bytes; the gather touches one element per line
 CHILD_TIMEOUT = 600.0   # seconds allowed for one cell (all its children)
+# Seconds that children which have answered get to exit before they are
+# killed (one answered and hung would otherwise hang the probe).
+EXIT_GRACE = 10.0
 # The latency proxy is meaningless when the buffer fits in the LLC: warn
 # below this multiple of the LLC size.
 LLC_FACTOR = 4
@@ -469,7 +472,9 @@ def run_children(ctx, target, name: str, arglists: list, labels: list,
     killer when the node is out of memory), or ``deadline``
     (``time.monotonic()``) passing, the others are killed and OSError is
     raised, prefixed with ``labels[i]``: a child's own failure rather than
-    another's ``'broken'``.
+    another's ``'broken'``. A child still there :data:`EXIT_GRACE`
+    seconds after every one answered is killed (logged). Every pipe is
+    closed and every child reaped before this returns or raises.
     """
     procs, readers = [], []
     results = [None] * len(arglists)
@@ -479,11 +484,16 @@ def run_children(ctx, target, name: str, arglists: list, labels: list,
         for i, args in enumerate(arglists):
             reader, writer = ctx.Pipe(duplex=False)
             readers.append(reader)
-            proc = ctx.Process(target=target, args=(writer,) + tuple(args),
-                               name='%s-%d' % (name, i), daemon=True)
-            proc.start()
-            procs.append(proc)
-            writer.close()
+            try:
+                proc = ctx.Process(target=target,
+                                   args=(writer,) + tuple(args),
+                                   name='%s-%d' % (name, i), daemon=True)
+                proc.start()
+                procs.append(proc)
+            finally:
+                # The child has its own copy; ours, left open, would also
+                # hide the child's death (no EOF).
+                writer.close()
         pending = dict(zip(readers, range(len(readers))))
         while pending and error is None:
             remaining = deadline - time.monotonic()
@@ -515,11 +525,25 @@ def run_children(ctx, target, name: str, arglists: list, labels: list,
                 proc.kill()
         for reader in readers:
             reader.close()
-        for proc in procs:
-            proc.join()
+        _reap(procs, labels)
     if error is not None:
         raise error
     return [r[1:] for r in results]
+
+
+def _reap(procs, labels):
+    """Wait for ``procs`` to exit, killing any still there after
+    :data:`EXIT_GRACE` seconds.
+    """
+    end = time.monotonic() + EXIT_GRACE
+    for i, proc in enumerate(procs):
+        proc.join(max(end - time.monotonic(), 0.0))
+        if proc.exitcode is None:
+            LOG.warning('NUMA probe: %s did not exit %.0f s after its '
+                        'answer: killed', labels[i], EXIT_GRACE)
+            proc.kill()
+            proc.join()
+        proc.close()
 
 
 def _receive(reader, proc):

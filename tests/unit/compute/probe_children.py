@@ -50,6 +50,15 @@ def die(conn, code):
     os._exit(code)
 
 
+def answer_then_hang(conn):
+    """Answer with its pid, then do not exit (for a minute: long enough
+    for the test, short enough not to hang a run where it is not killed).
+    """
+    conn.send(('ok', os.getpid()))
+    conn.close()
+    time.sleep(60)
+
+
 def hang(conn):
     time.sleep(600)
 

@@ -570,8 +570,14 @@ class TestRunChildren(base.TestCase):
 
     def test_a_child_that_cannot_start_stops_the_others(self):
         ctx = mock.Mock()
-        ctx.Pipe.side_effect = lambda duplex: (mock.Mock(), mock.Mock())
-        started = mock.Mock()
+        pipes = []
+
+        def pipe(duplex):
+            pipes.append((mock.Mock(), mock.Mock()))
+            return pipes[-1]
+
+        ctx.Pipe.side_effect = pipe
+        started = mock.Mock(exitcode=-9)
         failed = mock.Mock()
         failed.start.side_effect = OSError(errno.EAGAIN, 'fork failed')
         ctx.Process.side_effect = [started, failed]
@@ -582,7 +588,27 @@ class TestRunChildren(base.TestCase):
         self.assertEqual(errno.EAGAIN, e.errno)
         # The one started would wait for the other at its barrier.
         started.kill.assert_called_once_with()
-        started.join.assert_called_once_with()
+        started.join.assert_called_once_with(mock.ANY)
+        started.close.assert_called_once_with()
+        # No pipe left open, that of the child that did not start either.
+        self.assertEqual(2, len(pipes))
+        for reader, writer in pipes:
+            reader.close.assert_called_once_with()
+            writer.close.assert_called_once_with()
+
+    @mock.patch.object(probe, 'EXIT_GRACE', 0.2)
+    def test_a_child_that_answers_but_does_not_exit_is_killed(self):
+        start = time.monotonic()
+        [(pid,), other] = self.children(
+            probe_children.dispatch,
+            [(probe_children.answer_then_hang,),
+             (probe_children.answer, 'b')])
+        self.assertEqual(('b',), other)
+        self.assertLess(time.monotonic() - start, 30)
+        self.assertIn('child 0 did not exit 0 s after its answer: killed',
+                      self.logger.output)
+        # Reaped by the fork server, not left running.
+        self.assertRaises(ProcessLookupError, os.kill, pid, 0)
 
     @mock.patch.object(probe.multiprocessing, 'get_context', autospec=True)
     def test_fork_server_with_numpy_loaded(self, get_context):
