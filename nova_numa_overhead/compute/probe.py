@@ -65,6 +65,7 @@ import threading
 import time
 from typing import Callable
 
+from nova_numa_overhead.compute import numa_stat
 from nova_numa_overhead.compute import syscalls
 
 LOG = logging.getLogger(__name__)
@@ -297,17 +298,28 @@ def cell_memory_mb(size_mb: int, streams: int) -> int:
     return 2 * streams * stream_size_mb(size_mb, streams)
 
 
-def node_free_mb(node: int, root: str = NODE_SYSFS) -> int | None:
-    """``MemFree`` of ``node`` in MiB from sysfs, None if unknown."""
+def node_available_mb(node: int, root: str = NODE_SYSFS) -> int | None:
+    """MiB that ``node`` can give a bound allocation, from sysfs; None
+    if unknown.
+
+    ``MemFree`` plus half of the page cache (``Active(file)`` and
+    ``Inactive(file)``) and of the reclaimable slab: the kernel reclaims
+    them for an allocation bound to the node, and its ``MemAvailable``
+    (which has no per-node figure) counts at least half of each. MemFree
+    alone is a fraction of that on a host that has been up for a while,
+    and would fail every cell of a probe that fits.
+    """
     try:
         with open(os.path.join(root, 'node%d' % node, 'meminfo')) as f:
-            for line in f:
-                m = re.match(r'Node\s+\d+\s+MemFree:\s+(\d+)\s*kB', line)
-                if m:
-                    return int(m.group(1)) // 1024
-    except OSError:
-        pass
-    return None
+            info = numa_stat.parse_node_meminfo(f.read())
+    except (OSError, ValueError):
+        return None
+    if 'MemFree' not in info:
+        return None
+    reclaimable = (info.get('Active(file)', 0) +
+                   info.get('Inactive(file)', 0) +
+                   info.get('SReclaimable', 0))
+    return (info['MemFree'] + reclaimable // 2) // 1024
 
 
 def latency_here(size_mb: int, repeat: int) -> float:
@@ -591,7 +603,8 @@ def run_cell(cpu_node: int, mem_node: int, cpus: list[int], size_mb: int,
     and no memory of the parent that could sit on the wrong node, and a
     cell does not pay an interpreter start and a numpy import (seconds on
     a slow host, a minute under emulation). Raises OSError when
-    ``mem_node`` has less free memory than the cell needs
+    ``mem_node`` has less memory available (:func:`node_available_mb`)
+    than the cell needs
     (:func:`cell_memory_mb`, ENOMEM, before any child starts), when a
     child reports a failure or dies without answering (the cell's other
     children are then killed), or when the cell exceeds
@@ -603,12 +616,12 @@ def run_cell(cpu_node: int, mem_node: int, cpus: list[int], size_mb: int,
                          'not %r' % (len(cpus), streams))
     per_stream = stream_size_mb(size_mb, streams)
     needed = cell_memory_mb(size_mb, streams)
-    free = node_free_mb(mem_node)
-    if free is not None and free < needed:
-        raise OSError(errno.ENOMEM, 'memory node %d has %d MiB free but '
-                      'the cell needs %d MiB (%d streams x 2 x %d MiB): '
-                      'use fewer streams or a smaller size'
-                      % (mem_node, free, needed, streams, per_stream))
+    available = node_available_mb(mem_node)
+    if available is not None and available < needed:
+        raise OSError(errno.ENOMEM, 'memory node %d has %d MiB available '
+                      'but the cell needs %d MiB (%d streams x 2 x %d '
+                      'MiB): use fewer streams or a smaller size'
+                      % (mem_node, available, needed, streams, per_stream))
     deadline = time.monotonic() + CHILD_TIMEOUT
     ctx = _context()
     name = 'numa-probe-%d-%d' % (cpu_node, mem_node)

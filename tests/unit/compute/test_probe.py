@@ -231,7 +231,7 @@ class TestMeasure(base.TestCase):
         matrix = probe.measure(TWO_NODES, runner=amd_runner, streams=1)
         self.assertEqual([1, 1], matrix.bandwidth_streams)
 
-    @mock.patch.object(probe, 'node_free_mb', autospec=True,
+    @mock.patch.object(probe, 'node_available_mb', autospec=True,
                        return_value=None)
     @mock.patch.object(probe, 'run_children', autospec=True)
     def test_one_failing_stream_fails_its_cell(self, run_children, free):
@@ -416,15 +416,35 @@ class TestStreams(base.TestCase):
         self.assertEqual(512, probe.cell_memory_mb(256, 1))
         self.assertRaises(ValueError, probe.stream_size_mb, 256, 0)
 
-    def test_node_free_memory_from_sysfs(self):
+    def test_node_available_memory_from_sysfs(self):
         root = self.useFixture(fixtures.TempDir()).path
-        os.makedirs(os.path.join(root, 'node1'))
-        with open(os.path.join(root, 'node1', 'meminfo'), 'w') as f:
-            f.write('Node 1 MemTotal:       16384000 kB\n'
-                    'Node 1 MemFree:         2097152 kB\n'
-                    'Node 1 MemUsed:        14286848 kB\n')
-        self.assertEqual(2048, probe.node_free_mb(1, root))
-        self.assertIsNone(probe.node_free_mb(2, root))
+
+        def meminfo(node, text):
+            os.makedirs(os.path.join(root, 'node%d' % node))
+            with open(os.path.join(root, 'node%d' % node, 'meminfo'),
+                      'w') as f:
+                f.write(text)
+
+        meminfo(1, 'Node 1 MemTotal:       16384000 kB\n'
+                   'Node 1 MemFree:         2097152 kB\n'
+                   'Node 1 MemUsed:        14286848 kB\n')
+        self.assertEqual(2048, probe.node_available_mb(1, root))
+        # Page cache and reclaimable slab, half counted: 1 GiB free, 6
+        # GiB of files and 1 GiB of slab make 4.5 GiB (anonymous memory,
+        # shmem, huge pages: none).
+        meminfo(3, 'Node 3 MemTotal:       16777216 kB\n'
+                   'Node 3 MemFree:         1048576 kB\n'
+                   'Node 3 Active(anon):    5242880 kB\n'
+                   'Node 3 Active(file):    4194304 kB\n'
+                   'Node 3 Inactive(file):  2097152 kB\n'
+                   'Node 3 Shmem:           1048576 kB\n'
+                   'Node 3 SReclaimable:    1048576 kB\n'
+                   'Node 3 SUnreclaim:       524288 kB\n'
+                   'Node 3 HugePages_Free:      512\n')
+        self.assertEqual(4608, probe.node_available_mb(3, root))
+        self.assertIsNone(probe.node_available_mb(2, root))
+        meminfo(4, 'Node 4 MemTotal: 16384000 kB\n')
+        self.assertIsNone(probe.node_available_mb(4, root))
 
 
 class TestRunCell(base.TestCase):
@@ -434,7 +454,8 @@ class TestRunCell(base.TestCase):
         super().setUp()
         allow_all_cpus(self)
         self.free = self.useFixture(fixtures.MockPatchObject(
-            probe, 'node_free_mb', autospec=True, return_value=None)).mock
+            probe, 'node_available_mb', autospec=True,
+            return_value=None)).mock
         self.children = self.useFixture(fixtures.MockPatchObject(
             probe, 'run_children', autospec=True)).mock
         self.useFixture(fixtures.MockPatchObject(
@@ -493,7 +514,8 @@ class TestRunCell(base.TestCase):
         e = self.assertRaises(OSError, probe.run_cell, 0, 1, [0, 1], 256, 1,
                               2)
         self.assertEqual(errno.ENOMEM, e.errno)
-        self.assertIn('memory node 1 has 100 MiB free but the cell needs '
+        self.assertIn('memory node 1 has 100 MiB available but the cell '
+                      'needs '
                       '512 MiB (2 streams x 2 x 128 MiB): use fewer streams '
                       'or a smaller size', str(e))
         self.free.assert_called_once_with(1)
@@ -508,7 +530,8 @@ class TestRunCell(base.TestCase):
         self.assertTrue(math.isnan(matrix.bandwidth_mbps[0][1]))
         self.assertEqual(2000.0, matrix.bandwidth_mbps[0][0])
         self.assertIn('CPU node 0 -> memory node 1 failed, recorded as NaN: '
-                      'OSError: [Errno 12] memory node 1 has 100 MiB free',
+                      'OSError: [Errno 12] memory node 1 has 100 MiB '
+                      'available',
                       self.logger.output)
 
     def test_streams_must_fit_the_cpus(self):
