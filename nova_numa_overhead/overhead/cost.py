@@ -59,6 +59,7 @@ the model misjudged.
 """
 
 import dataclasses
+import math
 
 SMT_YIELD = 0.3          # a second hardware thread: +30% of a core
 LLC_VCPUS_PER_CORE = 0.4  # memory-intensive working sets an LLC holds
@@ -117,10 +118,12 @@ class HostModel:
         (:func:`partial_rows`).
         """
         n = len(cpus)
-        # A node the probe could not measure (no CPUs) has a None row.
-        latency_ns = [list(r) if r else [0.0] * n
+        # A node the probe could not measure (no CPUs) has a None row; a
+        # cell that is not a positive number (NaN from a failed cell) is
+        # unmeasured too: 0.0, which falls back to SLIT and the option.
+        latency_ns = [[_measured(v) for v in r] if r else [0.0] * n
                       for r in latency_ns] if latency_ns else None
-        matrix_mbps = [list(r) if r else [0.0] * n
+        matrix_mbps = [[_measured(v) for v in r] if r else [0.0] * n
                        for r in matrix_mbps] if matrix_mbps else None
         if matrix_mbps and partial_rows(cpus, matrix_mbps, matrix_streams):
             matrix_mbps = _scaled(matrix_mbps, float(bandwidth_mbps))
@@ -157,6 +160,17 @@ class HostModel:
                    llc_room=room,
                    latency=latency, bandwidth_mbps=tuple(bw),
                    link_mbps=tuple(tuple(r) for r in link))
+
+
+def _measured(value) -> float:
+    """``value`` as a float if it is a finite positive number, else 0.0
+    (unmeasured).
+    """
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if math.isfinite(value) and value > 0 else 0.0
 
 
 def partial_rows(cpus, matrix_mbps, streams) -> tuple:

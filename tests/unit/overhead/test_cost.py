@@ -11,6 +11,7 @@
 # under the License.
 
 import dataclasses
+import math
 import random
 
 import testtools
@@ -122,6 +123,45 @@ class TestHostModel(testtools.TestCase):
                               ).latency,
                          host(latency_ns=((80.0, 130.0), (140.0, 100.0)),
                               matrix_mbps=matrix).latency)
+
+    def test_ratios_scale_by_the_largest_local_figure(self):
+        # A remote cell above every local one (it happens: noise, some
+        # interconnects) does not set the scale: the diagonal does, and
+        # every cell is scaled by the same factor (20000 / 8000).
+        model = host(matrix_mbps=((8000.0, 9000.0), (2000.0, 5000.0)),
+                     matrix_streams=(1, 1))
+        self.assertEqual((20000.0, 12500.0), model.bandwidth_mbps)
+        self.assertEqual(((20000.0, 22500.0), (5000.0, 12500.0)),
+                         model.link_mbps)
+
+    def test_unmeasured_cells_are_the_option_and_slit(self):
+        nan, inf = math.nan, math.inf
+        latency = ((80.0, nan, 120.0), (inf, 100.0, -5.0), None)
+        bandwidth = ((30000.0, nan, 9000.0), (8000.0, nan, 0.0), None)
+        streams = (8, 8, None)
+        model = host(nodes=3, latency_ns=latency, matrix_mbps=bandwidth,
+                     matrix_streams=streams)
+        # As if those cells held nothing (0.0): no NaN anywhere.
+        zeros = host(nodes=3, matrix_streams=streams,
+                     latency_ns=((80.0, 0.0, 120.0), (0.0, 100.0, 0.0),
+                                 None),
+                     matrix_mbps=((30000.0, 0.0, 9000.0),
+                                  (8000.0, 0.0, 0.0), None))
+        self.assertEqual(zeros, model)
+        for rows in (model.latency, model.link_mbps):
+            self.assertTrue(all(math.isfinite(v) and v > 0
+                                for row in rows for v in row), rows)
+        # Node 1's controller unmeasured: the option.
+        self.assertEqual((30000.0, 20000.0, 20000.0), model.bandwidth_mbps)
+        self.assertEqual(20000.0 * cost.LINK_FRACTION, model.link_mbps[0][1])
+        self.assertEqual(2.1, model.latency[0][1])
+        # Ratios (one stream each): scaled by the measured diagonal only.
+        model = host(nodes=3, latency_ns=latency, matrix_mbps=bandwidth,
+                     matrix_streams=(1, 1, None))
+        self.assertEqual((20000.0, 20000.0, 20000.0), model.bandwidth_mbps)
+        self.assertEqual(6000.0, model.link_mbps[0][2])
+        self.assertTrue(all(math.isfinite(v) for row in model.link_mbps
+                            for v in row))
 
     def test_partial_rows(self):
         matrix = ((8000.0, 4000.0), None, (2000.0, 5000.0))
