@@ -893,16 +893,10 @@ def load(path: str, nodes: list[int] | None = None,
     streams) is read with a warning, its ``bandwidth_streams`` as 1 for
     every measured row: one child copied alone in each cell.
     """
-    try:
-        with open(path) as f:
-            text = f.read()
-    except FileNotFoundError:
+    data = _read_json(path)
+    if data is _NO_FILE:
         LOG.debug('NUMA probe: no measured matrix at %s', path)
         return None
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise ValueError('%s: not valid JSON: %s' % (path, e))
     if not isinstance(data, dict):
         raise ValueError('%s: expected a JSON object' % path)
     version = data.get('version')
@@ -941,6 +935,28 @@ def load(path: str, nodes: list[int] | None = None,
         latency_ns=_rows(data['latency_ns']), bandwidth_mbps=bandwidth,
         nodes=list(ids), measured_at=data['measured_at'], size_mb=size_mb,
         bandwidth_streams=_streams_of(path, data, version, bandwidth))
+
+
+_NO_FILE = object()
+
+
+def _read_json(path):
+    """The JSON value in ``path``, ``_NO_FILE`` if there is no such file;
+    a ValueError naming it for text that is not JSON (or not UTF-8).
+    """
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return _NO_FILE
+    except UnicodeDecodeError as e:
+        raise ValueError('%s: not valid JSON: %s' % (path, e))
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ValueError('%s: not valid JSON: %s' % (path, e))
+    except RecursionError:
+        raise ValueError('%s: not valid JSON: nested too deeply' % path)
 
 
 def _streams_of(path, data, version, bandwidth) -> list:

@@ -764,7 +764,14 @@ class TestFiles(base.TestCase):
 
     def test_malformed_files(self):
         self.assertRejected('{"version": 1,', 'not valid JSON')
+        with open(self.path, 'wb') as f:
+            f.write(b'\xff\xfe{"version": 2}')
+        e = self.assertRaises(ValueError, probe.load, self.path)
+        self.assertIn('%s: not valid JSON' % self.path, str(e))
+        self.assertRejected('[' * 100000 + ']' * 100000,
+                            'not valid JSON: nested too deeply')
         self.assertRejected([1, 2], 'expected a JSON object')
+        self.assertRejected('null', 'expected a JSON object')
         self.assertRejected(valid_file_data(version=3),
                             'unsupported version 3 (expected 1 or 2)')
         self.assertRejected(valid_file_data(version='2'),
