@@ -76,6 +76,28 @@ class Shared:
     value = 0.0
 
 
+class ScriptedBarrier:
+    """A cell's barrier as one stream sees it, in one process: ``index``
+    is what ``wait()`` returns (0: the stream that sets the start). As a
+    follower, the round's start is set by the leader while this stream
+    waits at the second meeting.
+    """
+
+    def __init__(self, start_at, index):
+        self.start_at = start_at
+        self.index = index
+        self.waits = 0
+        self.starts = []
+
+    def wait(self):
+        self.waits += 1
+        if self.waits % 2 == 0:
+            if self.index:
+                self.start_at.value = time.monotonic() + 0.01
+            self.starts.append(self.start_at.value)
+        return self.index
+
+
 class TestRealProbe(base.TestCase):
     """The real child process on this host's node 0 (kept small)."""
 
@@ -360,6 +382,21 @@ class TestMeasure(base.TestCase):
 
 class TestStreams(base.TestCase):
     """How concurrent streams are sized and added up."""
+
+    def test_each_round_starts_at_the_time_set_for_it(self):
+        for index in (0, 1):
+            start_at = Shared()
+            barrier = ScriptedBarrier(start_at, index)
+            _nbytes, rounds = probe.stream_here(1, 3, 1, barrier, start_at)
+            # Both meetings of each round, then the copy from the start
+            # set for that round on (the leader's START_MARGIN ahead).
+            self.assertEqual(6, barrier.waits)
+            self.assertEqual(3, len(barrier.starts))
+            for (start, end, _cpu), begin in zip(rounds, barrier.starts):
+                self.assertGreaterEqual(start, begin)
+                self.assertGreater(end, start)
+            if index == 0:
+                self.assertEqual(3, len(set(barrier.starts)))
 
     def test_concurrent_streams_are_summed(self):
         # Two streams of 100 MB per round; the best round is kept.
