@@ -26,7 +26,8 @@ every guest of the host. A move is made only when
 Moves are chosen greedily, the best first, with the model updated by the
 ones already chosen, up to ``MAX_ACTIONS`` per pass and the period's page
 budget; none while the host settles (``settle_windows`` ``loop_window``
-periods after a guest started or left). The nodes must hold the guest's
+periods after a guest started, the model's few samples after one left).
+The nodes must hold the guest's
 memory plus ``reserve_mb`` besides what other guests have yet to touch
 (room); vCPUs stay within the CPUs Nova allowed; pinned guests are never
 touched.
@@ -125,6 +126,8 @@ STALL_FORGET = 0.7       # and below which what was learned is forgotten
 #                          (a gap: a guest near one threshold does not
 #                          learn and forget in turn)
 STALL_MAX_CYCLES = 1000.0  # a miss costs at most this (a slow remote one)
+SHIFT_MAX = 60.0         # seconds a guest whose workload keeps changing
+#                          is held (then taken as a steady mixed one)
 UNSEEN_WAIT = 60.0       # seconds a guest the model cannot see yet keeps
 #                          other guests off its nodes (its counters may
 #                          never come: not for ever); longer where the
@@ -296,9 +299,12 @@ class Optimizer:
         self.points: dict = {}
         self.per_miss: dict = {}
         self.next_pass = None
-        # When a guest last started on the host or left it (None: not
-        # since the agent started).
+        # When a guest last started on the host, and when one last left
+        # it (None: not since the agent started).
         self.changed_at = None
+        self.left_at = None
+        # name -> since when its workload has been changing (shifting).
+        self.shift_since: dict = {}
         # How far the model's predictions came true on this host (the
         # verdicts' net change / the predicted gain, smoothed): predicted
         # gains are scaled by it, so a host whose costs the model
@@ -317,7 +323,7 @@ class Optimizer:
             del self.history[name]
         for table in (self.checks, self.held, self.advised,
                       self.seen, self.points, self.per_miss,
-                      self.unjudged_run):
+                      self.unjudged_run, self.shift_since):
             for name in [n for n in table if n not in guests]:
                 del table[name]
         # Kept while the guest is here, measured or not (a backoff read
@@ -475,7 +481,7 @@ class Optimizer:
         size = self.agent.topology.size
         for name, state in self.agent.collector.guests.items():
             domain = self.agent.domains.get(name)
-            mean = self._mean(name, last=min(3, self.opts.loop_window))
+            mean = self._mean(name, last=self._load_samples())
             # A node the topology does not know (hot-added since): left
             # out of the model, not a failure of the pass.
             cpu = {n: f for n, f in state.cpu.items() if 0 <= n < size}
@@ -589,38 +595,52 @@ class Optimizer:
             if self.backoff.get(name, (0, 0.0))[1] > now or \
                     self.held.get(name, 0.0) > now:
                 continue
-            if self.shifting(name):
+            if self.shifting(name, now):
                 continue
             out.append(domain)
         return out
 
-    def shifting(self, name) -> bool:
+    def shifting(self, name, now=None) -> bool:
         """Whether ``name``'s workload changed within its last
         ``loop_window`` samples (its last sample's LLC references per
-        instruction against any of them, as :func:`_changed` tells another
-        phase): the rates a move would be chosen on mix two workloads,
-        and its verdict would find its workload changed. It may be moved
-        once a whole window shows the new one.
+        instruction against any other of them, as :func:`_changed` tells
+        another phase): the rates a move would be chosen on mix two
+        workloads, and its verdict would find its workload changed. It
+        may be moved once a whole window shows the new one, or once its
+        workload has kept changing for SHIFT_MAX seconds (a workload
+        that alternates faster than the window, taken as a steady mixed
+        one; its verdict may still find it changed).
         """
         history = self.history.get(name)
         last = self._mean(name, last=1)
-        if history is None or last is None:
+        changed = history is not None and last is not None and any(
+            _changed(s.rps / s.ips, last) is not None
+            for s in history if s.ips > 0)
+        if not changed:
+            self.shift_since.pop(name, None)
             return False
-        window = list(history)[-self.opts.loop_window:]
-        return any(_changed(s.rps / s.ips, last) is not None
-                   for s in window if s.ips > 0)
+        now = self.agent.clock() if now is None else now
+        since = self.shift_since.get(name)
+        if since is None:
+            since = self.shift_since[name] = now
+            LOG.debug('%s not moved for now: its workload is changing '
+                      '(LLC references per instruction)', name)
+        return now - since < SHIFT_MAX
 
     def host_changed(self, now: float, started: bool = True) -> None:
         """A guest started on the host (or again: restarted, resumed) or
         left it: the moves awaiting their verdict are judged on their
         guest alone; after a start (``started``), no move is made until
         the host settles. A guest leaving brings no newcomer touching its
-        memory and makes no node look idle: the other guests' rates are
-        clean once the model's few samples are past it, so the optimizer
-        does not wait for it.
+        memory and makes no node look idle: the optimizer waits only
+        until the model's few samples are past it (:meth:`settle_left`),
+        and a move whose window before it still holds the guest that left
+        is judged on its guest alone (:meth:`apply`).
         """
         if started:
             self.changed_at = now
+        else:
+            self.left_at = now
         for check in self.checks.values():
             check.host_changed = True
 
@@ -629,13 +649,26 @@ class Optimizer:
         less than ``settle_windows`` ``loop_window`` periods ago, every
         guest's rates still mix the host before and after (a newcomer
         touching its memory, its neighbours slowed by it), and a move
-        chosen on them would be judged against a host still changing.
+        chosen on them would be judged against a host still changing; a
+        guest left less than the model's samples ago (:meth:`loads`), the
+        rates the moves would be chosen on still hold it. ``settle_windows
+        = 0``: no wait.
         """
-        if self.changed_at is None:
+        if not self.opts.settle_windows:
             return 0.0
-        quiet = self.opts.settle_windows * self.opts.loop_window * \
-            self.opts.sample_interval
-        return max(0.0, self.changed_at + quiet - now)
+        left = 0.0
+        if self.changed_at is not None:
+            quiet = self.opts.settle_windows * self.opts.loop_window * \
+                self.opts.sample_interval
+            left = self.changed_at + quiet - now
+        if self.left_at is not None:
+            left = max(left, self.left_at + self._load_samples() *
+                       self.opts.sample_interval - now)
+        return max(0.0, left)
+
+    def _load_samples(self) -> int:
+        """Samples of a guest's progress the cost model's rates average."""
+        return min(3, self.opts.loop_window)
 
     def _settling_logged(self, now: float) -> bool:
         """Whether the host still settles, with a debug line: a pass due
@@ -1033,7 +1066,12 @@ class Optimizer:
                 self.trust, dict(action.effects), rpi,
                 from_held=bool(held),
                 memory_before=dict(state.memory_mb) if state and
-                action.with_memory else {})
+                action.with_memory else {},
+                # Its window before the move still holds a guest that has
+                # left since: the neighbours' change is partly its going.
+                host_changed=self.left_at is not None and
+                now - self.left_at < self.opts.loop_window *
+                self.opts.sample_interval)
         else:
             # Nothing to judge it against (measured fewer than
             # loop_window samples): left alone until it settles, counted.
@@ -1481,6 +1519,8 @@ class Optimizer:
                 'backing_off': sum(1 for _u, until in self.backoff.values()
                                    if until > self.agent.clock()),
                 'returning': len(self.returning),
+                'shifting': sum(1 for since in self.shift_since.values()
+                                if self.agent.clock() - since < SHIFT_MAX),
                 'settling_s': round(self.settle_left(self.agent.clock())),
                 'trust': round(self.trust, 3),
                 'learned_miss_cost': len(self.per_miss)}

@@ -580,9 +580,9 @@ seconds: 10 s in all with the defaults) after a guest started on the host,
 started again or resumed (as at the end of a live migration), during which
 the optimizer makes no move: every guest's rates then mix the host before
 and after (the newcomer touching its memory, its neighbours slowed by it),
-and a move chosen on them is judged against a host still changing. A guest
-leaving does not start the wait (the verdicts awaited then are still judged
-on their guest alone). A pass due meanwhile runs once the host has settled.
+and a move chosen on them is judged against a host still changing. After a
+guest leaves the optimizer waits only until the cost model's 3 samples are
+past it (the verdicts awaited then are still judged on their guest alone). A pass due meanwhile runs once the host has settled.
 The guests the agent finds when it starts do not count. Only the optimizer
 waits: verdicts, undos, pages going back, the first placement of a guest
 and the rebalancer go on. On a host filling with a burst of boots the

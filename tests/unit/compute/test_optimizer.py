@@ -627,6 +627,42 @@ class TestMovable(OptimizerTestCase):
         end = self.progress(agent, 'a', IPS, end, samples=1, rpi=0.002)
         self.assertFalse(opt.shifting('a'))
         self.assertEqual(['a'], self.names(agent, end))
+        self.assertEqual(0, opt.status()['shifting'])
+
+    def test_a_phase_inside_the_window_counts(self):
+        # A -> B -> A: the last sample and the oldest agree, one between
+        # them is another workload.
+        self.flags(group='numa_overhead_agent', loop_window=5)
+        self.remote()
+        agent = self.start(cycles=6)
+        opt = agent.optimizer
+        end = self.progress(agent, 'a', IPS, self.clock.now, samples=1,
+                            rpi=0.002)
+        end = self.progress(agent, 'a', IPS, end, samples=3)
+        self.assertTrue(opt.shifting('a', end))
+        self.clock.now = end
+        self.assertEqual(1, opt.status()['shifting'])
+        # Samples without instructions tell nothing either way.
+        self.progress(agent, 'a', 0.0, end, samples=1)
+        self.assertFalse(opt.shifting('a', end))
+
+    def test_a_workload_that_keeps_changing_is_held_for_a_while(self):
+        # Faster than the window, for SHIFT_MAX: then taken as a steady
+        # mixed workload, which the optimizer may move.
+        self.remote()
+        agent = self.start(cycles=3)
+        opt = agent.optimizer
+        now = self.clock.now
+        end = now
+        held = []
+        while end - now < optimizer.SHIFT_MAX + 5:
+            rpi = 0.002 if int(end - now) % 4 < 2 else 0.04
+            end = self.progress(agent, 'a', IPS, end, samples=1, rpi=rpi)
+            held.append(opt.shifting('a', end))
+        self.assertTrue(all(held[1:int(optimizer.SHIFT_MAX) - 1]))
+        self.assertFalse(held[-1])
+        self.clock.now = end
+        self.assertEqual(0, opt.status()['shifting'])
 
     def test_a_workload_within_its_class_is_not_another_phase(self):
         self.remote('a')
@@ -1880,18 +1916,22 @@ class TestSettle(OptimizerTestCase):
         self.assertEqual(0, opt.settle_left(self.clock.now))
         self.assertEqual(['a'], [a.guest for a in opt.plan(
             self.clock.now)])
-        # A guest starting again starts it again.
+        # Another guest starting starts it again.
         self.hv.add('d', {0: 1 * GIB}, vcpu_node=0)
         self.sample(agent, 1)
         self.assertEqual(self.clock.now, opt.changed_at)
         self.assertEqual([], opt.plan(self.clock.now))
 
-    def test_a_guest_leaving_is_no_wait(self):
-        # Its departure only has the verdicts waiting judged on their
-        # guest alone: no newcomer mixes the other guests' rates.
+    def test_a_guest_leaving_waits_for_the_models_samples(self):
+        # No newcomer mixes the other guests' rates: the pass waits only
+        # until the model's three samples are past the guest that left,
+        # and a move whose window before it still holds it is judged on
+        # its guest alone.
+        self.flags(group='numa_overhead_agent', loop_window=5,
+                   optimize_interval=1000)
         self.remote()
         self.hv.add('c', {0: 1 * GIB}, vcpu_node=0)
-        agent = self.start()
+        agent = self.start(cycles=6)
         opt = agent.optimizer
         self.hv.remove('c')
         with mock.patch.object(opt, 'host_changed',
@@ -1899,9 +1939,23 @@ class TestSettle(OptimizerTestCase):
             self.sample(agent, 1)
         changed.assert_called_once_with(self.clock.now, started=False)
         self.assertIsNone(opt.changed_at)
+        self.assertEqual(3, opt.settle_left(self.clock.now))
+        self.assertEqual([], opt.plan(self.clock.now))
+        self.sample(agent, 3)
         self.assertEqual(0, opt.settle_left(self.clock.now))
-        self.assertEqual(['a'], [a.guest for a in opt.plan(
-            self.clock.now)])
+        actions = opt.plan(self.clock.now)
+        self.assertEqual(['a'], [a.guest for a in actions])
+        self.assertTrue(opt.apply(actions[0], self.clock.now))
+        self.assertTrue(opt.checks['a'].host_changed)
+        # A whole window later, a move is judged with its neighbours.
+        del opt.checks['a']
+        self.sample(agent, 2)
+        self.assertTrue(opt.apply(actions[0], self.clock.now))
+        self.assertFalse(opt.checks['a'].host_changed)
+        # settle_windows = 0: no wait at all.
+        self.flags(group='numa_overhead_agent', settle_windows=0)
+        opt.left_at = self.clock.now
+        self.assertEqual(0, opt.settle_left(self.clock.now))
 
     def test_a_pass_due_while_settling_runs_once_settled(self):
         # Passes every 5 s; 'c' starts at a pass: the pass waits, and runs
@@ -2002,7 +2056,8 @@ class TestStatus(OptimizerTestCase):
                           'unjudged': 0, 'workload_changed': 0,
                           'host_changed': 0, 'stranded': 0,
                           'failed': 0, 'waiting': 0,
-                          'backing_off': 0, 'returning': 0, 'trust': 1.0,
+                          'backing_off': 0, 'returning': 0, 'shifting': 0,
+                          'trust': 1.0,
                           'learned_miss_cost': 0, 'settling_s': 0},
                          opt.status())
         # 'b' moves later: the verdict on 'a' comes first.
@@ -2015,7 +2070,8 @@ class TestStatus(OptimizerTestCase):
                           'unjudged': 0, 'workload_changed': 0,
                           'host_changed': 0, 'stranded': 0,
                           'failed': 1, 'waiting': 2,
-                          'backing_off': 0, 'returning': 0, 'trust': 1.0,
+                          'backing_off': 0, 'returning': 0, 'shifting': 0,
+                          'trust': 1.0,
                           'learned_miss_cost': 0, 'settling_s': 0},
                          opt.status())
         self.progress(agent, 'a', 1.2 * IPS, now + 1)
@@ -2030,7 +2086,7 @@ class TestStatus(OptimizerTestCase):
                           'unjudged': 0, 'workload_changed': 0,
                           'host_changed': 0, 'stranded': 0,
                           'failed': 1, 'waiting': 0,
-                          'backing_off': 1, 'returning': 0,
+                          'backing_off': 1, 'returning': 0, 'shifting': 0,
                           'learned_miss_cost': 0, 'settling_s': 0}, status)
 
     def test_backing_off_ends_with_the_wait(self):
