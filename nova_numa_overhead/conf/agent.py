@@ -582,8 +582,10 @@ the optimizer makes no move: every guest's rates then mix the host before
 and after (the newcomer touching its memory, its neighbours slowed by it),
 and a move chosen on them is judged against a host still changing. After a
 guest leaves the optimizer waits only until the cost model's 3 samples are
-past it (the verdicts awaited then are still judged on their guest alone). A pass due meanwhile runs once the host has settled.
-The guests the agent finds when it starts do not count. Only the optimizer
+past it (the verdicts awaited then, and the moves made within a
+``loop_window`` of it, are judged on their guest alone). A pass due
+meanwhile runs once the host has settled. The guests the agent finds when
+it starts do not count. Only the optimizer
 waits: verdicts, undos, pages going back, the first placement of a guest
 and the rebalancer go on. On a host filling with a burst of boots the
 optimizer waits for the burst to end. In the simulator the default puts
@@ -592,7 +594,7 @@ throughput, a lower mean (see the simulator guide).
 
 Possible values:
 
-* 0: moves right after a guest starts, as before this option.
+* 0: no wait after a guest starts or leaves, as before this option.
 * An integer from 1 to 60.
 
 Related options:
