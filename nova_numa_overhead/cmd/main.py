@@ -56,7 +56,8 @@ def main(argv=None) -> int:
                        help='buffer per measurement in MiB (default 256; '
                             'at least 4x the last-level cache, checked '
                             'before measuring); the bandwidth streams '
-                            'share it, each at least 16 MiB')
+                            'share it, each at least 16 MiB (or the whole '
+                            'buffer, if smaller)')
     probe.add_argument('--repeat', type=common.bounded_int(
                        1, PROBE_MAX_REPEAT), default=3, metavar='N',
                        help='measurements per node pair, the best one '

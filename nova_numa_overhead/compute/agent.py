@@ -245,9 +245,10 @@ class Agent:
 
     def _bandwidth_as_ratios(self, topology, args, source) -> None:
         """Say once (the topology is read once) when the cost model will
-        take the matrix's bandwidth as ratios rather than capacities.
+        take the matrix's bandwidth as ratios rather than capacities (not
+        with the optimizer off: nothing else uses the bandwidth).
         """
-        if not args.get('bandwidth_mbps'):
+        if not args.get('bandwidth_mbps') or not self.opts.optimize:
             return
         cpus = [len(n.cpus) for n in topology.nodes]
         partial = cost.partial_rows(cpus, args['bandwidth_mbps'],

@@ -1239,6 +1239,17 @@ class TestMeasuredTopology(AgentTestCase):
                 'CPUs (1 of 8, 1 of 8)' % path)
         self.assertEqual(1, self.logger.output.count(line))
 
+    def test_no_word_on_bandwidth_with_the_optimizer_off(self):
+        self.write_v1([[8000.0, 4000.0], [2000.0, 5000.0]])
+        self.flags(group='numa_overhead_agent', optimize=False)
+        self.hv = fakes.FakeHypervisor(nodes=2)
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertNotIn('as ratios', self.logger.output)
+        # The latency still gives the levels.
+        agent.cycle()
+        self.assertEqual([[0, 1], [3, 0]], agent.levels.rml)
+
     def test_bad_or_missing_file_falls_back_to_slit(self):
         path = self.useFixture(fixtures.TempDir()).join('topology.json')
         with open(path, 'w') as f:
