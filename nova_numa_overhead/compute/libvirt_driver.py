@@ -47,6 +47,7 @@ except ImportError:
     libvirt = None
 
 from nova_numa_overhead.compute import hypervisor
+from nova_numa_overhead.compute import numa_stat
 
 LOG = logging.getLogger(__name__)
 
@@ -111,18 +112,7 @@ def parse_set(text: str) -> tuple:
 
 def format_set(ids) -> str:
     """Format ids as a compact libvirt bitmap string (1,2,3,5 -> '1-3,5')."""
-    ids = sorted(set(ids))
-    parts = []
-    start = prev = None
-    for i in ids + [None]:
-        if start is not None and (i is None or i != prev + 1):
-            parts.append(str(start) if start == prev
-                         else '%d-%d' % (start, prev))
-            start = None
-        if start is None:
-            start = i
-        prev = i
-    return ','.join(parts)
+    return numa_stat.format_cpulist(ids)
 
 
 def _kib(element, default_unit='KiB') -> int:

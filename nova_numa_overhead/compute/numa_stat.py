@@ -67,6 +67,20 @@ _LIBVIRT_THREAD_CGROUP_RE = re.compile(
     r'(?:/libvirt)?(?:/(?:emulator|vcpu\d+|iothread\d+))$')
 
 
+def format_cpulist(ids) -> str:
+    """Ids as the kernel's (and libvirt's) compact list syntax:
+    ``{0, 1, 2, 3, 8}`` -> ``'0-3,8'``.
+    """
+    ranges = []
+    for i in sorted(set(ids)):
+        if ranges and i == ranges[-1][1] + 1:
+            ranges[-1][1] = i
+        else:
+            ranges.append([i, i])
+    return ','.join('%d' % a if a == b else '%d-%d' % (a, b)
+                    for a, b in ranges)
+
+
 def _to_mib(num_bytes: int) -> int:
     """Bytes to MiB, rounded to the nearest MiB."""
     return (num_bytes + MIB // 2) // MIB

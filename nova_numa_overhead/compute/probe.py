@@ -151,20 +151,6 @@ def parse_cpulist(text: str) -> list[int]:
     return sorted(set(cpus))
 
 
-def format_cpulist(cpus) -> str:
-    """``cpus`` as a cpulist such as ``0-3,8`` (:func:`parse_cpulist`'s
-    inverse).
-    """
-    ranges = []
-    for cpu in sorted(set(cpus)):
-        if ranges and cpu == ranges[-1][1] + 1:
-            ranges[-1][1] = cpu
-        else:
-            ranges.append([cpu, cpu])
-    return ','.join('%d' % a if a == b else '%d-%d' % (a, b)
-                    for a, b in ranges)
-
-
 def allowed_cpus() -> set[int]:
     """The CPUs this process may run on (its cpuset and affinity).
 
@@ -730,7 +716,8 @@ def measure(nodes: dict[int, list[int]], size_mb: int = 64, repeat: int = 3,
             LOG.warning('NUMA probe: none of the CPUs of node %d (%s) is '
                         'in the CPU affinity of the probe (%s; cpuset or '
                         'taskset): its row is NaN', cpu_node,
-                        format_cpulist(node_cpus), format_cpulist(allowed))
+                        numa_stat.format_cpulist(node_cpus),
+                        numa_stat.format_cpulist(allowed))
             continue
         if len(cpus) < len(node_cpus):
             LOG.warning('NUMA probe: CPU node %d: only %d of its %d CPUs '
@@ -738,7 +725,7 @@ def measure(nodes: dict[int, list[int]], size_mb: int = 64, repeat: int = 3,
                         'or taskset): its bandwidth is measured by at most '
                         '%d streams, which the cost model takes as ratios '
                         'only', cpu_node, len(cpus), len(node_cpus),
-                        format_cpulist(cpus), len(cpus))
+                        numa_stat.format_cpulist(cpus), len(cpus))
         count = len(cpus) if streams is None else min(streams, len(cpus))
         counts[a] = count
         LOG.debug('NUMA probe: CPU node %d: bandwidth by %d concurrent '
