@@ -19,9 +19,10 @@ every guest of the host. A move is made only when
 * its predicted gain (sum over guests of their relative speed change)
   reaches ``min_gain``, and
 * that gain, over ``payback_horizon`` seconds, pays ``gain_margin`` times
-  for the move's cost: the guest's time lost while its pages move at
-  ``migrate_rate_mb_per_s`` (``MOVE_COST`` of its speed while they are in
-  flight).
+  for the move's cost: the guest's time lost to its pages moving,
+  ``MOVE_COST`` seconds per MiB (the TLB shootdowns and the faults on
+  pages in flight are per page, however fast they go;
+  ``migrate_rate_mb_per_s`` paces the moves and times their verdicts).
 
 Moves are chosen greedily, the best first, with the model updated by the
 ones already chosen, up to ``MAX_ACTIONS`` per pass and the period's page
@@ -85,7 +86,8 @@ from nova_numa_overhead.overhead import cost
 LOG = logging.getLogger(__name__)
 
 MAX_ACTIONS = 4          # moves per pass
-MOVE_COST = 0.5          # guest speed lost while its pages are in flight
+MOVE_COST = 1 / 512.0    # guest-seconds lost per MiB of its pages moved
+#                          (half its speed while they move at 256 MiB/s)
 BACKOFF_BASE = 60.0      # seconds left alone after a first undo
 BACKOFF_MAX = 3600.0
 RETURN_STALLS = 3         # steps of pages going back that get no nearer
@@ -783,10 +785,9 @@ class Optimizer:
         host = self.host_model()
         model = cost.Model(host, loads)
         measured = {g.name for g in loads}
-        rate = self._rate()
         # What the move rate lets land before the next pass; the first
         # move of a pass may be larger (one guest at a time).
-        budget = rate * self.opts.optimize_interval
+        budget = self._rate() * self.opts.optimize_interval
         horizon = float(self.opts.payback_horizon)
         committed = {}
         taken = {}            # node -> MiB the moves chosen so far need
@@ -817,7 +818,7 @@ class Optimizer:
                 reached = max(reached, i + 1)
                 if domain.name in committed:
                     continue
-                best = self._best_for(domain, model, host, committed, rate,
+                best = self._best_for(domain, model, host, committed,
                                       horizon, budget if actions else
                                       float('inf'), best, taken, busy)
             if best is None:
@@ -835,7 +836,7 @@ class Optimizer:
             self.counts['budget'] += 1
         return actions
 
-    def _best_for(self, domain, model, host, committed, rate, horizon,
+    def _best_for(self, domain, model, host, committed, horizon,
                   budget, best, taken=None, busy=()):
         agent = self.agent
         name = domain.name
@@ -898,7 +899,7 @@ class Optimizer:
                            for g, r in ratios.items()}
                 gain = self.trust * sum(r - without.get(g, 1.0)
                                         for g, r in ratios.items())
-                price = moved / rate * MOVE_COST
+                price = moved * MOVE_COST
                 if gain <= 0 or gain < self.opts.min_gain or \
                         gain * horizon < self.opts.gain_margin * price:
                     continue
@@ -942,8 +943,7 @@ class Optimizer:
         model = cost.Model(self.host_model(), loads)
         # Its vCPUs stay the kernel's.
         gain = self.trust * model.gain({name: (None, target)})
-        rate = self._rate()
-        price = moved / rate * MOVE_COST
+        price = moved * MOVE_COST
         if gain * self.opts.payback_horizon >= self.opts.gain_margin * price:
             return None
         self.counts['refused'] += 1
@@ -1172,7 +1172,7 @@ class Optimizer:
                 self._learn(net, check.trust * (
                     check.effects[name] - 1.0), check.trust)
             if not came and net * self.opts.payback_horizon < \
-                    check.moved_mb / self._rate() * MOVE_COST:
+                    check.moved_mb * MOVE_COST:
                 # What it gained did not pay for its pages: counted (not
                 # known when the neighbours were left out).
                 self.counts['unpaid'] += 1

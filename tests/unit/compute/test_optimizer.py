@@ -183,8 +183,8 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual([('a', (0,), NODE0_CPUS, 4 * GIB)],
                          [(a.guest, a.nodes, a.cpus, a.moved_mb)
                           for a in actions])
-        # 4 GiB at 2 GiB/s (no rate limit), half speed meanwhile.
-        self.assertAlmostEqual(1.0, actions[0].cost)
+        # 4 GiB: MOVE_COST guest-seconds per MiB, however fast they go.
+        self.assertAlmostEqual(8.0, actions[0].cost)
 
     def refused(self, **flags):
         self.flags(group='numa_overhead_agent', **flags)
@@ -195,9 +195,14 @@ class TestPlan(OptimizerTestCase):
     def test_move_not_paid_back_within_the_horizon_is_refused(self):
         self.assertEqual([], self.refused(payback_horizon=1))
 
-    def test_move_too_slow_to_pay_back_is_refused(self):
-        # 4 GiB at 1 MiB/s: over an hour at half speed.
-        self.assertEqual([], self.refused(migrate_rate_mb_per_s=1))
+    def test_the_rate_paces_a_move_but_does_not_price_it(self):
+        # 4 GiB at 1 MiB/s: the same pages, the same time lost to their
+        # moving (TLB shootdowns, faults on pages in flight); only its
+        # verdict comes later.
+        actions = self.refused(migrate_rate_mb_per_s=1)
+        self.assertEqual([8.0], [a.cost for a in actions])
+        opt = self.make_agent().optimizer
+        self.assertEqual(1.0, opt._rate())
 
     def test_move_below_the_gain_margin_is_refused(self):
         self.assertEqual([], self.refused(gain_margin=10000.0))
@@ -2385,8 +2390,9 @@ class TestLearnedStalls(OptimizerTestCase):
         # streaming through the LLC; node 1 is idle. Without the stalled-cycles
         # event the model charged a miss MISS_CYCLES and saw too little
         # gain to pay for moving 'a'; its own samples show a miss costs it
-        # PER_MISS.
-        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        # PER_MISS. (512 MiB: a move costs 1 guest-second, min_gain is
+        # the bar.)
+        self.hv.add('a', {0: 512}, vcpu_node=0)
         self.hv.add('b', {0: 8 * GIB}, vcpu_node=0, vcpus=4,
                     extra_specs={'numa_overhead:rebalance': 'false'})
         agent = self.make_agent()

@@ -27,10 +27,8 @@ SWEEP_COUNT = 10
 
 # Where the default configuration breaks the bar on the built-ins.
 KNOWN_BUILTIN = {
-    'churn': ('guest', 'win'),
-    'interconnect-8': ('win',),
+    'churn': ('win',),
     'llc-2': ('oracle',),
-    'llc-8': ('win', 'oracle'),
     'mc-2': ('oracle',),
     'mc-4': ('oracle',),
     'mc-6': ('win', 'oracle'),
@@ -41,17 +39,17 @@ KNOWN_BUILTIN = {
     'mixed-12': ('win', 'oracle'),
     'mixed-16': ('win', 'oracle'),
     'mixed-8': ('win', 'oracle'),
-    'phases': ('win', 'oracle'),
+    'phases': ('win',),
     'remote-6': ('win',),
     'sockets-2': ('win', 'oracle'),
     'sockets-8': ('win', 'oracle'),
-    'vtrms-amd-6376': ('win', 'oracle'),
+    'vtrms-amd-6376': ('win',),
 }
 
 # ... and on ``simulate --sweep 10 --seed 101``.
 KNOWN_SWEEP = {
     'sweep-101-0': ('oracle',),
-    'sweep-101-1': ('win',),
+    'sweep-101-1': ('harm', 'guest', 'win', 'oracle'),
     'sweep-101-2': ('oracle',),
     'sweep-101-4': ('harm', 'guest', 'win', 'oracle'),
     'sweep-101-5': ('win', 'oracle'),
