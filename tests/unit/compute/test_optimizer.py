@@ -310,6 +310,34 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual([(0,), (1,), (2,), (3,)], opt.candidates(
             agent.domains['small'], opt.host_model()))
 
+    def test_several_nodes_must_gain_spread_margin_more(self):
+        # 'a' on node 0 could go to node 1 alone or to nodes 2 and 3: the
+        # pair ranks SPREAD_MARGIN below one node of the same net gain.
+        self.hv = fakes.FakeHypervisor(nodes=4, memory_mb=16 * GIB)
+        self.hv.add('a', {0: 1 * GIB}, vcpu_node=0, vcpus=2)
+        agent = self.start()
+        opt = agent.optimizer
+
+        def plan(pair_gain):
+            def predict(changes, iterations=10):
+                _cpu, memory = changes['a']
+                return {'a': 1.0 + (pair_gain if len(memory) > 1 else 0.5)}
+            with mock.patch.object(opt, 'candidates', autospec=True,
+                                   return_value=[(1,), (2, 3)]), \
+                    mock.patch.object(cost.Model, 'predict', autospec=True,
+                                      side_effect=lambda self, c, **kw:
+                                      predict(c)):
+                return [(a.nodes, round(a.score, 3))
+                        for a in opt.plan(self.clock.now)]
+
+        # Net of the cost of 1 GiB (2 guest-seconds over 120 s).
+        net = 2.0 / 120.0
+        margin = 1.0 + optimizer.SPREAD_MARGIN
+        # 50% more than one node: not enough.
+        self.assertEqual([((1,), round(0.5 - net, 3))], plan(0.75))
+        self.assertEqual([((2, 3), round((1.2 - net) / margin, 3))],
+                         plan(1.2))
+
     def test_every_cpu_nova_allows_leaves_the_vcpus_where_they_run(self):
         # 12 vCPUs on 8-CPU nodes: both nodes, every CPU of the host, are
         # a candidate. vCPUs pinned to every CPU Nova allows are not
