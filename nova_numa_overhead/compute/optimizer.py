@@ -20,12 +20,13 @@ every guest of the host. A move is made only when
   reaches ``min_gain``, and
 * that gain, over ``payback_horizon`` seconds, pays ``gain_margin`` times
   for the move's cost: the guest's time lost to its pages moving,
-  ``MOVE_COST`` seconds per MiB (the TLB shootdowns and the faults on
-  pages in flight are per page, however fast they go;
-  ``migrate_rate_mb_per_s`` paces the moves and times their verdicts).
+  ``MOVE_COST`` seconds per MiB: a fixed risk price (the TLB shootdowns
+  and faults on pages in flight, and what the model misjudges), not a
+  function of ``migrate_rate_mb_per_s``, which paces the moves and times
+  their verdicts.
 
-Moves are chosen greedily, the best first (a move onto several nodes
-ranked ``SPREAD_MARGIN`` below one node of the same net gain), with the
+Moves are chosen greedily, the best net gain first (a move onto several
+nodes ranked by its net gain divided by 1 + ``SPREAD_MARGIN``), with the
 model updated by the ones already chosen, up to ``MAX_ACTIONS`` per pass
 and the period's page budget; none while the host settles
 (``settle_windows`` ``loop_window`` periods after a guest started, the
@@ -94,8 +95,11 @@ MAX_ACTIONS = 4          # moves per pass
 # the simulator: a 4-vCPU guest moved onto two empty nodes was predicted
 # 6.5x its speed and got 3.7x; one node was predicted 4.0x).
 SPREAD_MARGIN = 1.0
-MOVE_COST = 1 / 512.0    # guest-seconds lost per MiB of its pages moved
-#                          (half its speed while they move at 256 MiB/s)
+# Guest-seconds a move costs per MiB of its pages: a risk price, the
+# price a move had as half the guest's speed for as long as its pages take
+# at 256 MiB/s (the simulator charges a guest 0.25 ms per MiB another task
+# moves, an eighth of it); the rate paces moves, it does not price them.
+MOVE_COST = 1 / 512.0
 BACKOFF_BASE = 60.0      # seconds left alone after a first undo
 BACKOFF_MAX = 3600.0
 RETURN_STALLS = 3         # steps of pages going back that get no nearer
@@ -265,8 +269,9 @@ class Action:
     # name -> predicted speed after / before, for the guests it reaches
     effects: dict = dataclasses.field(default_factory=dict)
     # What it was ranked on: its gain net of its cost per second of the
-    # payback horizon, less SPREAD_MARGIN onto several nodes.
-    score: float = 0.0
+    # payback horizon, divided by 1 + SPREAD_MARGIN onto several nodes
+    # (None: not ranked).
+    score: float | None = None
 
 
 @dataclasses.dataclass
@@ -916,8 +921,9 @@ class Optimizer:
                     continue
                 score = gain - price / horizon
                 if len(nodes) > 1:
-                    # Several nodes: ranked below one node of nearly the
-                    # same net gain (SPREAD_MARGIN).
+                    # Several nodes (vCPUs with memory or alone): ranked
+                    # as half its net gain (SPREAD_MARGIN); the bar above
+                    # stays the same.
                     score /= 1.0 + SPREAD_MARGIN
                 if best is None or score > best.score:
                     best = Action(name, nodes, self._cpus(domain, nodes),

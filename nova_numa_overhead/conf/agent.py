@@ -253,7 +253,8 @@ in MiB/s, summed over all guests; 0 means no limit. When the agent narrows a
 guest's nodeset, the kernel moves the pages outside it at once, during the
 write, at its own migration speed: this rate does not bound those. The
 optimizer also paces its moves (the page budget of a pass) and times their
-verdicts at this rate; it prices a move by the MiB moved, not by this rate.
+verdicts at this rate (2048 MiB/s when it is 0); it prices a move by the
+MiB moved, not by this rate.
 
 Possible values:
 
@@ -500,9 +501,9 @@ Related options:
         default=120,
         min=1,
         help="""
-Seconds within which a move's predicted gain must pay back its cost (the
-guest's time lost to its pages moving: about 2 ms per MiB, half its speed
-while they move at 256 MiB/s).
+Seconds within which a move's predicted gain must pay back its cost (a
+fixed price of about 2 ms of the guest's time per MiB moved, whatever
+``migrate_rate_mb_per_s`` is).
 
 Possible values:
 
@@ -510,7 +511,7 @@ Possible values:
 
 Related options:
 
-* ``[numa_overhead_agent] gain_margin``, ``migrate_rate_mb_per_s``
+* ``[numa_overhead_agent] gain_margin``, ``min_gain``
 """),
     cfg.FloatOpt(
         'gain_margin',

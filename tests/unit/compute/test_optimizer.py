@@ -187,6 +187,9 @@ class TestPlan(OptimizerTestCase):
         self.assertAlmostEqual(8.0, actions[0].cost)
 
     def refused(self, **flags):
+        """The plan for 'a', whose memory must come to node 0, with
+        ``flags``.
+        """
         self.flags(group='numa_overhead_agent', **flags)
         self.remote(node0_cpus_only=True)
         agent = self.start()
@@ -195,14 +198,55 @@ class TestPlan(OptimizerTestCase):
     def test_move_not_paid_back_within_the_horizon_is_refused(self):
         self.assertEqual([], self.refused(payback_horizon=1))
 
-    def test_the_rate_paces_a_move_but_does_not_price_it(self):
-        # 4 GiB at 1 MiB/s: the same pages, the same time lost to their
-        # moving (TLB shootdowns, faults on pages in flight); only its
-        # verdict comes later.
-        actions = self.refused(migrate_rate_mb_per_s=1)
-        self.assertEqual([8.0], [a.cost for a in actions])
-        opt = self.make_agent().optimizer
-        self.assertEqual(1.0, opt._rate())
+    def test_the_rate_does_not_price_a_move(self):
+        # 4 GiB at 1 MiB/s or at 100 GiB/s: the same pages, the same time
+        # lost to their moving (TLB shootdowns, faults on pages in
+        # flight).
+        for rate in (1, 100 * GIB):
+            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+            actions = self.refused(migrate_rate_mb_per_s=rate)
+            self.assertEqual([8.0], [a.cost for a in actions])
+
+    def two_far_guests(self, rate):
+        """The plan of one pass for 'a' (vCPUs on node 0, 4 GiB on node
+        1) and 'b' (vCPUs on node 2, 4 GiB on node 3), Nova allowing each
+        its vCPUs' node only: both memories must come, at ``rate``
+        MiB/s.
+        """
+        self.flags(group='numa_overhead_agent', optimize_interval=3600,
+                   migrate_rate_mb_per_s=rate)
+        self.hv = fakes.FakeHypervisor(nodes=4, memory_mb=64 * GIB)
+        self.remote('a', node0_cpus_only=True)
+        self.hv.add('b', {3: 4 * GIB}, vcpu_node=2)
+        self.hv.guests['b'] = dataclasses.replace(
+            self.hv.guests['b'], nova_cpus=tuple(range(16, 24)))
+        agent = self.start()
+        return agent, agent.optimizer.plan(self.clock.now)
+
+    def test_the_rate_paces_the_moves_of_a_pass(self):
+        # 3 MiB/s over the hour between passes: 10,800 MiB, room for
+        # both 4 GiB.
+        _agent, actions = self.two_far_guests(3)
+        self.assertEqual([((0,), 4 * GIB), ((2,), 4 * GIB)],
+                         sorted((a.nodes, a.moved_mb) for a in actions))
+        # 2 MiB/s: 7,200 MiB, one 4 GiB move and not the second.
+        agent, actions = self.two_far_guests(2)
+        self.assertEqual([4 * GIB], [a.moved_mb for a in actions])
+        self.assertEqual(2.0, agent.optimizer._rate())
+        # And its verdict waits for its pages at that rate.
+        now = self.clock.now
+        self.assertTrue(agent.optimizer.apply(actions[0], now))
+        check = agent.optimizer.checks[actions[0].guest]
+        self.assertEqual(now + 4 * GIB / 2.0 + 1.0, check.settle)
+        # 1 MiB/s: 3,600 MiB; the first move of a pass may be larger (one
+        # guest at a time).
+        _agent, actions = self.two_far_guests(1)
+        self.assertEqual([4 * GIB], [a.moved_mb for a in actions])
+
+    def test_without_a_rate_the_fallback_paces(self):
+        agent, actions = self.two_far_guests(0)
+        self.assertEqual(optimizer.FALLBACK_RATE, agent.optimizer._rate())
+        self.assertEqual(2, len(actions))
 
     def test_move_below_the_gain_margin_is_refused(self):
         self.assertEqual([], self.refused(gain_margin=10000.0))
@@ -318,12 +362,12 @@ class TestPlan(OptimizerTestCase):
         agent = self.start()
         opt = agent.optimizer
 
-        def plan(pair_gain):
+        def plan(pair_gain, order=((1,), (2, 3))):
             def predict(changes, iterations=10):
                 _cpu, memory = changes['a']
                 return {'a': 1.0 + (pair_gain if len(memory) > 1 else 0.5)}
             with mock.patch.object(opt, 'candidates', autospec=True,
-                                   return_value=[(1,), (2, 3)]), \
+                                   return_value=order), \
                     mock.patch.object(cost.Model, 'predict', autospec=True,
                                       side_effect=lambda self, c, **kw:
                                       predict(c)):
@@ -337,6 +381,11 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual([((1,), round(0.5 - net, 3))], plan(0.75))
         self.assertEqual([((2, 3), round((1.2 - net) / margin, 3))],
                          plan(1.2))
+        # Whichever comes first.
+        self.assertEqual([((1,), round(0.5 - net, 3))],
+                         plan(0.75, order=((2, 3), (1,))))
+        self.assertEqual([((2, 3), round((1.2 - net) / margin, 3))],
+                         plan(1.2, order=((2, 3), (1,))))
 
     def test_every_cpu_nova_allows_leaves_the_vcpus_where_they_run(self):
         # 12 vCPUs on 8-CPU nodes: both nodes, every CPU of the host, are
@@ -975,6 +1024,23 @@ class TestClosedLoop(OptimizerTestCase):
         # Whether it paid for its pages is not known without them: not
         # counted as unpaid (-1% for 4 GiB would be, judged on all).
         self.assertEqual(0, opt.status()['unpaid'])
+
+    def test_a_kept_move_that_did_not_pay_for_its_pages_is_unpaid(self):
+        # 'a' kept at +2%: 2.4 guest-seconds over the 120 s horizon. 1 GiB
+        # (2 s at MOVE_COST) paid for, 4 GiB (8 s) did not, at any rate.
+        for rate, moved, unpaid in ((1, GIB, 0), (100 * GIB, GIB, 0),
+                                    (1, 4 * GIB, 1), (100 * GIB, 4 * GIB, 1)):
+            self.flags(group='numa_overhead_agent',
+                       migrate_rate_mb_per_s=rate)
+            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+            agent, _now = self.moved()
+            opt = agent.optimizer
+            check = opt.checks['a']
+            check.moved_mb = moved
+            end = self.progress(agent, 'a', 1.02 * IPS, check.settle)
+            self.assertEqual([('a', 'kept')], opt.verdicts(end))
+            self.assertEqual(unpaid, opt.status()['unpaid'],
+                             (rate, moved))
 
     def test_faster_guest_keeps_its_move(self):
         agent, now = self.moved()
@@ -1666,6 +1732,23 @@ class TestJudge(OptimizerTestCase):
         agent = self.start()
         self.assertIsNone(agent.optimizer.judge(
             'a', {0: 1.0}, {1: 4 * GIB}, {0: 4 * GIB}))
+
+    def test_a_plan_is_priced_by_the_mib_it_moves_not_the_rate(self):
+        # 4 GiB to its vCPUs: 8 guest-seconds, twice (gain_margin) 16 over
+        # the 120 s horizon: a gain of 0.14 pays, 0.13 does not, at any
+        # rate.
+        for rate in (1, 100 * GIB):
+            self.flags(group='numa_overhead_agent',
+                       migrate_rate_mb_per_s=rate)
+            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+            self.remote('a')
+            agent = self.start()
+            for gain, passes in ((0.14, True), (0.13, False)):
+                with mock.patch.object(cost.Model, 'gain', autospec=True,
+                                       return_value=gain):
+                    why = agent.optimizer.judge(
+                        'a', {0: 1.0}, {1: 4 * GIB}, {0: 4 * GIB})
+                self.assertEqual(passes, why is None, (rate, gain, why))
 
     def test_the_placer_leaves_a_refused_plan_alone(self):
         self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
