@@ -172,7 +172,7 @@ class TestPostConfig(DevstackPluginTestCase):
         self.assertEqual(['ComputeFilter', 'ImagePropertiesFilter',
                           'NUMAOverheadFilter'], sched.enabled_filters)
         self.assertEqual([ALL_WEIGHERS, WEIGHER], sched.weight_classes)
-        self.assertEqual(1.0, conf.numa_overhead.weight_multiplier)
+        self.assertEqual(0.0, conf.numa_overhead.weight_multiplier)
         self.assertEqual('pass', conf.numa_overhead.unknown_host)
         self.assertIsNone(conf.numa_overhead.max_level)
         agent = conf.numa_overhead_agent
@@ -261,6 +261,12 @@ class TestPostConfig(DevstackPluginTestCase):
         self.write_conf('[numa_overhead]\nmax_level = 3\n')
         self.run_phase('stack', 'post-config')
         self.assertIsNone(self.load_conf().numa_overhead.max_level)
+
+    def test_empty_weight_multiplier_unsets_it(self):
+        self.write_conf('[numa_overhead]\nweight_multiplier = 3\n')
+        self.run_phase('stack', 'post-config')
+        self.assertEqual(0.0,
+                         self.load_conf().numa_overhead.weight_multiplier)
 
     def test_agent_options_only_where_the_agent_runs(self):
         self.run_phase('stack', 'post-config',

@@ -30,6 +30,8 @@ class TestNUMAOverheadWeigher(fakes.NovaTestCase):
                          test_filters.levels_report('mid', 4),
                          test_filters.levels_report('high', 8))
         self.weigher = weighers.NUMAOverheadWeigher()
+        # On (0 by default: see test_off_by_default).
+        self.flags(weight_multiplier=1.0)
 
     def weigh(self, hosts, spec_obj=None):
         handler = nova_weights.HostWeightHandler()
@@ -45,6 +47,17 @@ class TestNUMAOverheadWeigher(fakes.NovaTestCase):
         self.assertEqual(1 / (1 + 1.0), raw[1])
         self.assertLess(raw[0], raw[1])
         self.assertEqual(0.0, raw[2])
+
+    def test_off_by_default(self):
+        # Loaded, it weighs every host 0 until the multiplier is set; an
+        # aggregate may still turn it on for its hosts.
+        self.conf.clear_override('weight_multiplier', group='numa_overhead')
+        self.assertEqual(0.0, self.conf.numa_overhead.weight_multiplier)
+        hosts = [fakes.host_state(h) for h in ('high', 'mid', 'low')]
+        self.assertEqual({0.0}, {w for _, w in self.weigh(hosts)})
+        hosts = [fakes.host_state('high'), fakes.host_state('low', aggregates=[
+            {'numa_overhead_weight_multiplier': '1.0'}])]
+        self.assertEqual([('low', 0.5), ('high', 0.0)], self.weigh(hosts))
 
     def test_lower_overhead_weighs_more(self):
         hosts = [fakes.host_state(h) for h in ('high', 'mid', 'low')]
