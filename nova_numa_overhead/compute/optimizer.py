@@ -19,11 +19,11 @@ every guest of the host. A move is made only when
 * its predicted gain (sum over guests of their relative speed change)
   reaches ``min_gain``, and
 * that gain, over ``payback_horizon`` seconds, pays ``gain_margin`` times
-  for the move's cost: the guest's time lost to its pages moving,
-  ``MOVE_COST`` seconds per MiB: a fixed risk price (the TLB shootdowns
-  and faults on pages in flight, and what the model misjudges), not a
-  function of ``migrate_rate_mb_per_s``, which paces the moves and times
-  their verdicts.
+  for the move's cost, ``MOVE_COST`` guest-seconds per MiB moved: a fixed
+  risk price (for the TLB shootdowns and faults on pages in flight, and
+  for what the model misjudges), not a function of
+  ``migrate_rate_mb_per_s``, which paces the moves and times their
+  verdicts.
 
 Moves are chosen greedily, the best net gain first (a move onto several
 nodes ranked by its net gain divided by 1 + ``SPREAD_MARGIN``), with the
@@ -431,7 +431,11 @@ class Optimizer:
     # -- the pass -------------------------------------------------------------
 
     def _rate(self) -> float:
-        """MiB/s the pages of a move are assumed to go at."""
+        """MiB/s the pages of a move are assumed to go at, for the page
+        budget of a pass and the time of its verdict: FALLBACK_RATE
+        without a limit, at least 1 (a rate below 1 MiB/s still bounds
+        the agent's own page moves, agent.RateLimit).
+        """
         rate = self.opts.migrate_rate_mb_per_s
         return max(rate, 1.0) if rate > 0 else FALLBACK_RATE
 
@@ -922,8 +926,8 @@ class Optimizer:
                 score = gain - price / horizon
                 if len(nodes) > 1:
                     # Several nodes (vCPUs with memory or alone): ranked
-                    # as half its net gain (SPREAD_MARGIN); the bar above
-                    # stays the same.
+                    # by its net gain divided by 1 + SPREAD_MARGIN (half);
+                    # the bar above stays the same.
                     score /= 1.0 + SPREAD_MARGIN
                 if best is None or score > best.score:
                     best = Action(name, nodes, self._cpus(domain, nodes),

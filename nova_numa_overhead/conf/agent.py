@@ -543,7 +543,7 @@ Possible values:
 
 Related options:
 
-* ``[numa_overhead_agent] gain_margin``
+* ``[numa_overhead_agent] gain_margin``, ``payback_horizon``
 """),
     cfg.IntOpt(
         'loop_window',

@@ -183,7 +183,7 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual([('a', (0,), NODE0_CPUS, 4 * GIB)],
                          [(a.guest, a.nodes, a.cpus, a.moved_mb)
                           for a in actions])
-        # 4 GiB: MOVE_COST guest-seconds per MiB, however fast they go.
+        # 4 GiB at MOVE_COST guest-seconds per MiB (a fixed price).
         self.assertAlmostEqual(8.0, actions[0].cost)
 
     def refused(self, **flags):
@@ -199,9 +199,8 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual([], self.refused(payback_horizon=1))
 
     def test_the_rate_does_not_price_a_move(self):
-        # 4 GiB at 1 MiB/s or at 100 GiB/s: the same pages, the same time
-        # lost to their moving (TLB shootdowns, faults on pages in
-        # flight).
+        # 4 GiB at 1 MiB/s or at 100 GiB/s: the same pages, the same
+        # price (MOVE_COST per MiB).
         for rate in (1, 100 * GIB):
             self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
             actions = self.refused(migrate_rate_mb_per_s=rate)
@@ -245,7 +244,7 @@ class TestPlan(OptimizerTestCase):
 
     def test_without_a_rate_the_fallback_paces(self):
         agent, actions = self.two_far_guests(0)
-        self.assertEqual(optimizer.FALLBACK_RATE, agent.optimizer._rate())
+        self.assertEqual(2048.0, agent.optimizer._rate())
         self.assertEqual(2, len(actions))
 
     def test_move_below_the_gain_margin_is_refused(self):
@@ -356,7 +355,7 @@ class TestPlan(OptimizerTestCase):
 
     def test_several_nodes_must_gain_spread_margin_more(self):
         # 'a' on node 0 could go to node 1 alone or to nodes 2 and 3: the
-        # pair ranks SPREAD_MARGIN below one node of the same net gain.
+        # pair ranks by its net gain divided by 1 + SPREAD_MARGIN.
         self.hv = fakes.FakeHypervisor(nodes=4, memory_mb=16 * GIB)
         self.hv.add('a', {0: 1 * GIB}, vcpu_node=0, vcpus=2)
         agent = self.start()
@@ -386,6 +385,37 @@ class TestPlan(OptimizerTestCase):
                          plan(0.75, order=((2, 3), (1,))))
         self.assertEqual([((2, 3), round((1.2 - net) / margin, 3))],
                          plan(1.2, order=((2, 3), (1,))))
+        # The margin ranks; the bar stays: a pair alone just above
+        # min_gain (0.05) is taken.
+        self.assertEqual([((2, 3), round((0.06 - net) / margin, 3))],
+                         plan(0.06, order=((2, 3),)))
+
+    def test_vcpus_alone_onto_several_nodes_rank_by_the_margin_too(self):
+        # 'b' runs on node 0, its memory on nodes 1, 2 and 3; no node has
+        # room for a joint move (reserve_mb): its vCPUs alone could go to
+        # node 1 or to nodes 2 and 3.
+        self.flags(group='numa_overhead_agent', reserve_mb=100 * GIB)
+        self.hv = fakes.FakeHypervisor(nodes=4, memory_mb=16 * GIB)
+        self.hv.add('b', {1: GIB, 2: GIB, 3: GIB}, vcpu_node=0, vcpus=2)
+        agent = self.start()
+        opt = agent.optimizer
+
+        def plan(pair_gain):
+            def predict(changes):
+                cpu, _memory = changes['b']
+                return {'b': 1.0 + (pair_gain if len(cpu) > 1 else 0.5)}
+            with mock.patch.object(opt, 'candidates', autospec=True,
+                                   return_value=[(2, 3), (1,)]), \
+                    mock.patch.object(cost.Model, 'predict', autospec=True,
+                                      side_effect=lambda self, c, **kw:
+                                      predict(c)):
+                return [(a.nodes, a.with_memory, round(a.score, 3))
+                        for a in opt.plan(self.clock.now)]
+
+        margin = 1.0 + optimizer.SPREAD_MARGIN
+        self.assertEqual([((1,), False, 0.5)], plan(0.75))
+        self.assertEqual([((2, 3), False, round(1.2 / margin, 3))],
+                         plan(1.2))
 
     def test_every_cpu_nova_allows_leaves_the_vcpus_where_they_run(self):
         # 12 vCPUs on 8-CPU nodes: both nodes, every CPU of the host, are
