@@ -112,7 +112,9 @@ def run(transport_url=None, out=print) -> int:
 
     no_agent, no_agent_gib = NO_AGENT
     out('nova-numa-overhead demo: %d hosts report over oslo.messaging, '
-        'one has no agent; Nova\'s filter and weigher pick\n' % len(HOSTS))
+        'one has no agent; Nova\'s filter and weigher pick (the '
+        'NUMAOverheadWeigher off, as by default: weight_multiplier = 0)\n'
+        % len(HOSTS))
     reports = host_reports()
     # The scheduler side starts listening (and asks for a sync) in the
     # background when Nova loads the filter; start it now and wait for it
