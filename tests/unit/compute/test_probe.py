@@ -161,7 +161,10 @@ class TestRealProbe(base.TestCase):
             self.assertGreaterEqual(min(s[1][r][0] for s in results),
                                     max(s[1][r - 1][1] for s in results))
         for _nbytes, rounds in results:
-            self.assertTrue(all(0 <= cpu <= 1.01 * (end - start)
+            # Within the wall time, but for the thread clock's own
+            # accounting (a round here takes a few ms; 0.1 ms over was
+            # seen on a loaded machine).
+            self.assertTrue(all(0 <= cpu <= 1.01 * (end - start) + 0.001
                                 for start, end, cpu in rounds), rounds)
         mbps, overlap, on_cpu = probe.aggregate_streams(results)
         self.assertGreater(mbps, 0)
