@@ -149,13 +149,11 @@ hosts' range: with 1.0, a host at level 0 outweighs one at level 1 by 0.5,
 as much as Nova's RAM weigher puts a host with all its memory free ahead of
 one of the same size with half of it free.
 
-It is 0 by default because the project's simulator found no weight that
-pays: on its generated clusters of 2 to 4 hosts, a multiplier of 1.0 gained
-0.4% on average over Nova's spreading alone and left 5 of 32 clusters below
-0.99x of Nova's default placement (2 with 0); 0.1 to 0.5 did no better. The
-planned overhead reads memory levels only: a host whose CPUs are crowded
-with CPU-bound guests can look best. The agents place and move memory on
-whatever host Nova chose either way.
+0 by default: in the project's simulator the weigher traded a small mean
+gain for more clusters slowed below Nova's default placement (the simulator
+guide has the figures). Its planned overhead is made of memory levels only:
+a host whose CPUs are crowded with CPU-bound guests can look best. The
+deployment guide says where turning it on may be worth trying.
 
 Possible values:
 
@@ -174,8 +172,9 @@ Related options:
 Raw weight given by the NUMAOverheadWeigher to hosts without a fresh report,
 or whose reported free memory cannot hold the request. Known hosts weigh
 ``1 / (1 + planned overhead level)``: 1.0 is a host where the guest would
-see no overhead, 0.5 a host at level 1, 0.2 a host at level 4. The default
-ranks unknown hosts after all hosts that reported.
+see no overhead, 0.5 a host at level 1, 0.2 a host at level 4. With a
+positive ``weight_multiplier``, the default ranks unknown hosts after all
+hosts that reported.
 
 Possible values:
 
@@ -229,8 +228,9 @@ Related options:
 Overhead levels added, between two reports of a host, to each node that the
 planner would give a guest placed there since the last report. Nova's own
 per-request bookkeeping (free RAM and instance count of the host) tells the
-store how much was placed; this keeps a burst of requests from piling onto
-the host that looked best in its last report.
+store how much was placed; this keeps a burst of requests from passing a
+``max_level`` limit those guests have used up, and (with the weigher on) from
+piling onto the host that looked best in its last report.
 
 Possible values:
 

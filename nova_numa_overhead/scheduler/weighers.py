@@ -27,8 +27,8 @@ small differences.
 Enable with ``[filter_scheduler] weight_classes =
 nova.scheduler.weights.all_weighers,
 nova_numa_overhead.scheduler.weighers.NUMAOverheadWeigher`` and a positive
-``weight_multiplier`` (0 by default: the simulator found no weight that
-pays over Nova's spreading, see the option's help).
+``weight_multiplier`` (0 by default: in the simulator it traded a small
+mean gain for more harm; see the option's help and the deployment guide).
 """
 
 import math
