@@ -300,6 +300,8 @@ def main(argv=None):
     CONF([], project='nova')
     CONF.set_override('max_hosts', max(args.hosts + [1]),
                       group='numa_overhead')
+    # The weigher on (0 by default, when it looks nothing up): its cost.
+    CONF.set_override('weight_multiplier', 1.0, group='numa_overhead')
     rng = random.Random(42)
     templates4 = [make_template(rng, 4) for _ in range(TEMPLATES)]
     templates8 = [make_template(rng, 8) for _ in range(TEMPLATES)]

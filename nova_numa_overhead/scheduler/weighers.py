@@ -76,6 +76,13 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
         opts = CONF.numa_overhead
         self._multiplier = opts.weight_multiplier
         unknown = opts.weight_of_unknown
+        if not self._multiplier and not any(
+                request.AGG_WEIGHT_MULTIPLIER in agg.metadata
+                for obj in weighed_obj_list
+                for agg in obj.obj.aggregates or ()):
+            # Off (the default) and no aggregate turns it on: every weight
+            # would be multiplied by 0; no look-up.
+            return [0.0] * len(weighed_obj_list)
         try:
             req = request.from_spec(weight_properties, CONF)
             query = store.get_store(CONF).query(req.memory_mb, req.policy,

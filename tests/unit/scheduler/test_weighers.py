@@ -55,6 +55,11 @@ class TestNUMAOverheadWeigher(fakes.NovaTestCase):
         self.assertEqual(0.0, self.conf.numa_overhead.weight_multiplier)
         hosts = [fakes.host_state(h) for h in ('high', 'mid', 'low')]
         self.assertEqual({0.0}, {w for _, w in self.weigh(hosts)})
+        # Off everywhere: no look-up in the store.
+        with mock.patch.object(store_mod, 'get_store',
+                               autospec=True) as get_store:
+            self.weigh(hosts)
+        get_store.assert_not_called()
         hosts = [fakes.host_state('high'), fakes.host_state('low', aggregates=[
             {'numa_overhead_weight_multiplier': '1.0'}])]
         self.assertEqual([('low', 0.5), ('high', 0.0)], self.weigh(hosts))
