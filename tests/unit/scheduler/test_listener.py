@@ -60,6 +60,10 @@ class TestRequestsNeverWait(base.TestCase):
         self.broker = self.useFixture(BrokerAway())
 
     def test_filter_and_weigher_with_the_broker_down(self):
+        # The weigher on, so that it reaches the store (off, its default,
+        # it looks nothing up).
+        self.conf.set_override('weight_multiplier', 1.0,
+                               group='numa_overhead')
         start = time.monotonic()
         filt = filters.NUMAOverheadFilter()
         weigher = weighers.NUMAOverheadWeigher()

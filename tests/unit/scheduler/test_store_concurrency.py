@@ -40,6 +40,8 @@ def report(host, seq, high):
 class TestConcurrentIngestAndLookups(fakes.NovaTestCase):
 
     def test_ingest_while_filtering_and_weighing(self):
+        # The weigher on (off, its default, it looks nothing up).
+        self.flags(weight_multiplier=1.0, group='numa_overhead')
         store = fakes.make_store(self, *[report(h, 1, False) for h in HOSTS])
         spec_obj = fakes.spec(memory_mb=2048,
                               extra_specs={'numa_overhead:max_level': '3'})
