@@ -625,7 +625,7 @@ Related options:
 """),
     cfg.FloatOpt(
         'guest_floor',
-        default=0.93,
+        default=0.97,
         min=0.0,
         max=1.0,
         help="""
@@ -638,8 +638,9 @@ guests' summed speed, and a guest may be slowed for others.
 
 A floor protects single guests (an operator with per-guest SLAs) at a price
 in the mean; see the simulator guide for both measured. The default leaves
-the cost model's errors a margin above 0.90: with the floor at 0.90, guests
-the model predicted at the floor often ended a few percent below it.
+the cost model's errors a margin above 0.90: guests the model predicted at
+the floor often end several percent below it. 1.0 allows no predicted loss
+to any guest (moves that only make guests faster), and most moves stop.
 
 Possible values:
 

@@ -144,7 +144,7 @@ class TestPlan(OptimizerTestCase):
         self.assertAlmostEqual(effects['a'], agent.optimizer.standing['a'])
 
     def test_the_floor_is_on_by_default(self):
-        self.assertEqual(0.93, self.conf.numa_overhead_agent.guest_floor)
+        self.assertEqual(0.97, self.conf.numa_overhead_agent.guest_floor)
 
     def test_no_move_that_slows_a_guest_below_the_floor(self):
         agent, actions = self.with_neighbour(0.0)
@@ -156,6 +156,10 @@ class TestPlan(OptimizerTestCase):
         opt = agent.optimizer
         effects = {'b': 0.97}
         self.assertFalse(opt._below_floor(effects))
+        # The default: 0.97 is at the floor, not below it.
+        self.flags(group='numa_overhead_agent', guest_floor=0.97)
+        self.assertFalse(opt._below_floor(effects))
+        self.assertTrue(opt._below_floor({'b': 0.96}))
         self.flags(group='numa_overhead_agent', guest_floor=0.9)
         self.assertFalse(opt._below_floor(effects))
         opt.standing['b'] = 0.92

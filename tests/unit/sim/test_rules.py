@@ -49,9 +49,9 @@ KNOWN_BUILTIN = {
 # ... and on ``simulate --sweep 10 --seed 101``.
 KNOWN_SWEEP = {
     'sweep-101-0': ('oracle',),
-    'sweep-101-1': ('harm', 'guest', 'win', 'oracle'),
+    'sweep-101-1': ('win',),
     'sweep-101-2': ('oracle',),
-    'sweep-101-4': ('win', 'oracle'),
+    'sweep-101-4': ('oracle',),
     'sweep-101-5': ('win', 'oracle'),
     'sweep-101-7': ('oracle',),
     'sweep-101-8': ('oracle',),
