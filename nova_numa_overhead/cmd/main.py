@@ -99,6 +99,13 @@ def main(argv=None) -> int:
                           help='processes for --sweep (default 2)')
     simulate.add_argument('--policies',
                           help='comma-separated subset of the policies')
+    simulate.add_argument('--set', action='append', dest='options',
+                          metavar='GROUP.OPTION=VALUE',
+                          help='set an option of the default configuration '
+                               '(numa_overhead_agent: the agents; '
+                               'numa_overhead: the scheduler side, in '
+                               'clusters), e.g. numa_overhead_agent.'
+                               'guest_floor=0.93; may be repeated')
     simulate.add_argument('--transport-url',
                           help='oslo.messaging URL for the cluster '
                                'scenario (default: in-memory fake://)')

@@ -16,6 +16,7 @@ import json
 import sys
 
 from nova_numa_overhead.sim import cluster
+from nova_numa_overhead.sim import policies as policies_mod
 from nova_numa_overhead.sim import report
 from nova_numa_overhead.sim import runner
 from nova_numa_overhead.sim import scenarios
@@ -32,13 +33,33 @@ def load(args):
     return scenario
 
 
-def simulate(scenario, policies=None, progress=None, transport_url=None):
-    """Run a scenario: a cluster one through Nova's scheduler handlers."""
+def simulate(scenario, policies=None, progress=None, transport_url=None,
+             options=None):
+    """Run a scenario: a cluster one through Nova's scheduler handlers.
+    ``options``: group -> {option: value} (:func:`options`).
+    """
     if scenario.hosts > 1:
         return cluster.run(scenario, policies or runner.DEFAULT_POLICIES,
-                           progress=progress, transport_url=transport_url)
+                           progress=progress, transport_url=transport_url,
+                           options=options)
     return runner.run(scenario, policies or runner.DEFAULT_POLICIES,
-                      progress=progress)
+                      progress=progress, options=options)
+
+
+def options(settings) -> dict:
+    """``--set GROUP.OPTION=VALUE`` arguments -> group -> {option:
+    value}, checked (ValueError, one line, otherwise).
+    """
+    out = {}
+    for item in settings or ():
+        key, sep, value = item.partition('=')
+        group, dot, name = key.strip().partition('.')
+        if not sep or not dot or not group or not name:
+            raise ValueError('--set %s: expected GROUP.OPTION=VALUE, as '
+                             'numa_overhead_agent.guest_floor=0.93' % item)
+        out.setdefault(group, {})[name] = value.strip()
+    policies_mod.check_options(out)
+    return out
 
 
 def run(args, out=None) -> int:
@@ -59,8 +80,10 @@ def run(args, out=None) -> int:
         scenario = load(args)
         policies = tuple(p.strip() for p in args.policies.split(',')) \
             if args.policies else None
+        settings = options(getattr(args, 'options', None))
         progress = None if args.quiet else report.Progress(scenario.name)
-        results = simulate(scenario, policies, progress, args.transport_url)
+        results = simulate(scenario, policies, progress, args.transport_url,
+                           settings)
     except (OSError, ValueError) as exc:
         print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
         return 2
@@ -68,6 +91,8 @@ def run(args, out=None) -> int:
         print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
         return 1
     data = report.summary(scenario, results)
+    if settings:
+        data['options'] = settings
     print(report.to_json(data) if args.format == 'json'
           else report.table(data), file=out)
     if args.plot:
@@ -91,17 +116,18 @@ def run_sweep(args, out) -> int:
             if args.policies else None
         if policies:
             runner.check_policies(policies)
+        settings = options(getattr(args, 'options', None))
         if args.sweep is None:
             progress = None if args.quiet else report.Progress('built-ins')
             data = sweep.run_builtin(policies, workers=args.workers,
-                                     progress=progress)
+                                     progress=progress, options=settings)
         else:
             progress = None if args.quiet else report.Progress(
                 'sweep of %d' % args.sweep)
             data = sweep.run(args.sweep,
                              1 if args.seed is None else args.seed,
                              policies, workers=args.workers,
-                             progress=progress)
+                             progress=progress, options=settings)
     except ValueError as exc:
         print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
         return 2
@@ -111,6 +137,8 @@ def run_sweep(args, out) -> int:
         print('nova-numa-overhead simulate: %s' % exc, file=sys.stderr)
         return 1
     if args.format == 'json':
+        if settings:
+            data['options'] = settings
         print(report.to_json(dict(data, summary=sweep.distribution(data))),
               file=out)
     elif args.sweep is None:

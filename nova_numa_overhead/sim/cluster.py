@@ -46,7 +46,8 @@ _RUNS = itertools.count()
 class Scheduler:
     """Nova's handlers with or without the plugin's filter and weigher."""
 
-    def __init__(self, transport_url: str | None, ours: bool, topic: str):
+    def __init__(self, transport_url: str | None, ours: bool, topic: str,
+                 options=None):
         import warnings
         warnings.simplefilter('ignore')
         import nova.conf
@@ -77,6 +78,13 @@ class Scheduler:
         # takes a fraction of one: a run paused long enough (a debugger,
         # a suspended machine) must not see its hosts' reports expire.
         conf.set_override('report_ttl', 10 ** 6, group='numa_overhead')
+        # ``simulate --set numa_overhead.NAME=VALUE``: taken back by
+        # close() (the configuration is the process's, shared by runs).
+        self.overridden = []
+        for name, value in (options or {}).get(
+                policies_mod.SCHEDULER_GROUP, {}).items():
+            conf.set_override(name, value, group='numa_overhead')
+            self.overridden.append(name)
         store.reset_store()
         self.store = store.get_store(conf) if ours else None
         if ours and not store.listener().wait(30):
@@ -113,6 +121,9 @@ class Scheduler:
     def close(self):
         from nova_numa_overhead.scheduler import store
         store.reset_store()
+        for name in self.overridden:
+            self.conf.clear_override(name, group='numa_overhead')
+        self.overridden = []
 
 
 def _fits(state, memory_mb, vcpus, reserved_mb) -> bool:
@@ -218,19 +229,22 @@ def _least_loaded_node(host):
                key=lambda n: (load[n] / host.spec.nodes[n].cpus, n))
 
 
-def run_policy(scenario, name, transport_url=None, tick=None):
-    """One policy on the cluster: the guests' throughput on every host."""
+def run_policy(scenario, name, transport_url=None, tick=None,
+               options=None):
+    """One policy on the cluster: the guests' throughput on every host
+    (``options``: :func:`run`'s).
+    """
     from nova_numa_overhead import rpc
     ours = name == policies_mod.DEFAULT
     topic = 'numa-overhead-sim-%d-%d' % (os.getpid(), next(_RUNS))
-    sched = Scheduler(transport_url, ours, topic)
+    sched = Scheduler(transport_url, ours, topic, options)
     hosts = {}
     hvs = {}
     pols = {}
     for i in range(scenario.hosts):
         hname = 'sim-host-%d' % (i + 1)
         host, hv = runner.new_host(scenario, seed_offset=i)
-        policy = policies_mod.POLICIES[name]()
+        policy = policies_mod.new(name, options)
         policy.attach(hv, scenario)
         if ours:
             policy.agent.host = hname
@@ -285,8 +299,13 @@ def _run(scenario, sched, hosts, hvs, pols, ours, tick):
     return recorder, placed
 
 
-def run(scenario, policies=None, progress=None, transport_url=None):
-    """Every policy on the cluster scenario: name -> PolicyResult."""
+def run(scenario, policies=None, progress=None, transport_url=None,
+        options=None):
+    """Every policy on the cluster scenario: name -> PolicyResult.
+    ``options``: group -> {option: value} (``simulate --set``): the
+    agents' for ours, the scheduler side's for Nova's handlers with the
+    plugin's filter and weigher.
+    """
     from nova_numa_overhead.sim import oracle as oracle_mod
     policies = tuple(policies or runner.DEFAULT_POLICIES)
     runner.check_policies(policies)
@@ -298,7 +317,7 @@ def run(scenario, policies=None, progress=None, transport_url=None):
         try:
             results[name], _ = run_policy(
                 scenario, name, transport_url,
-                tick=progress.tick if progress else None)
+                tick=progress.tick if progress else None, options=options)
         except ClusterError as exc:
             if progress is not None:
                 progress.done()

@@ -354,9 +354,16 @@ class OverheadAware(Policy):
     name = 'overhead-aware'
     overrides: tuple = ()          # (option, value) pairs
 
+    def __init__(self, options=None):
+        # ``[numa_overhead_agent]`` options set by ``simulate --set``;
+        # the policy's own overrides come after them (liu-li stays
+        # liu-li).
+        self.options = dict(options or {})
+
     def attach(self, hv, scenario=None):
         super().attach(hv, scenario)
-        self.conf = production_conf(dict(self.overrides))
+        self.conf = production_conf(dict(self.options,
+                                         **dict(self.overrides)))
         opts = self.conf.numa_overhead_agent
         self.sample = max(1, int(opts.sample_interval))
         self.rebalance_every = int(opts.rebalance_interval)
@@ -393,6 +400,43 @@ class PaperMethod(OverheadAware):
 
     name = 'liu-li'
     overrides = (('optimize', False), ('remote_placement', True))
+
+
+AGENT_GROUP = 'numa_overhead_agent'
+SCHEDULER_GROUP = 'numa_overhead'
+
+
+def new(name, options=None) -> Policy:
+    """Policy ``name``, with ``options`` (group -> {option: value}, from
+    ``simulate --set``) where it reads them: the agent's for ours and
+    liu-li.
+    """
+    cls = POLICIES[name]
+    if issubclass(cls, OverheadAware):
+        return cls((options or {}).get(AGENT_GROUP))
+    return cls()
+
+
+def check_options(options) -> None:
+    """Raise ValueError, one line, where ``options`` (group -> {option:
+    value}) names a group other than the agent's and the scheduler
+    side's, an unknown option, or a value its type or range refuses.
+    """
+    conf = plugin_conf.register_opts(cfg.ConfigOpts())
+    conf([])
+    for group, values in (options or {}).items():
+        if group not in (AGENT_GROUP, SCHEDULER_GROUP):
+            raise ValueError('--set: group %r: only %s and %s options can '
+                             'be set' % (group, AGENT_GROUP,
+                                         SCHEDULER_GROUP))
+        for name, value in values.items():
+            try:
+                conf.set_override(name, value, group=group)
+            except cfg.NoSuchOptError:
+                raise ValueError('--set: no option %s.%s' % (group, name))
+            except (TypeError, ValueError) as exc:
+                raise ValueError('--set: %s.%s=%s: %s'
+                                 % (group, name, value, exc))
 
 
 def production_conf(overrides=None):

@@ -219,10 +219,11 @@ def result(name, recorder, hosts) -> PolicyResult:
         samples=recorder.samples, snapshots=recorder.snapshots)
 
 
-def run_policy(scenario, name: str, tick=None) -> PolicyResult:
-    """One policy on a fresh host."""
+def run_policy(scenario, name: str, tick=None,
+               options=None) -> PolicyResult:
+    """One policy on a fresh host (``options``: :func:`run`'s)."""
     host, hv = new_host(scenario)
-    policy = policies_mod.POLICIES[name]()
+    policy = policies_mod.new(name, options)
     policy.attach(hv, scenario)
     timeline = Timeline(scenario)
     recorder = Recorder(timeline, tick)
@@ -249,8 +250,11 @@ def check_policies(policies) -> None:
                          % (', '.join(unknown), ', '.join(sorted(known))))
 
 
-def run(scenario, policies=DEFAULT_POLICIES, progress=None) -> dict:
-    """Every policy on the scenario: name -> PolicyResult."""
+def run(scenario, policies=DEFAULT_POLICIES, progress=None,
+        options=None) -> dict:
+    """Every policy on the scenario: name -> PolicyResult. ``options``:
+    group -> {option: value} (``simulate --set``), the agent's for ours.
+    """
     check_policies(policies)
     runs = [p for p in policies if p != policies_mod.ORACLE]
     if progress is not None:
@@ -259,7 +263,8 @@ def run(scenario, policies=DEFAULT_POLICIES, progress=None) -> dict:
     results = {}
     for name in runs:
         results[name] = run_policy(
-            scenario, name, tick=progress.tick if progress else None)
+            scenario, name, tick=progress.tick if progress else None,
+            options=options)
     if policies_mod.ORACLE in policies:
         results[policies_mod.ORACLE] = oracle_mod.oracle(
             scenario, Timeline(scenario), results)

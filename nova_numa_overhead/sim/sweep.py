@@ -174,12 +174,12 @@ def generate(seed: int, index: int) -> scenarios.Scenario:
 def _run_one(job):
     from nova_numa_overhead.sim import cli
     from nova_numa_overhead.sim import report
-    kind, ref, policies = job
+    kind, ref, policies, options = job
     if kind == 'sweep':
         scenario = generate(*ref)
     else:
         scenario = scenarios.get(ref)
-    results = cli.simulate(scenario, policies)
+    results = cli.simulate(scenario, policies, options=options)
     data = report.summary(scenario, results)
     data['name'] = data.pop('scenario')
     data['scenario'] = to_dict(scenario)
@@ -210,15 +210,18 @@ def run_jobs(jobs, workers: int = 2, progress=None) -> dict:
 
 
 def run(count: int, seed: int, policies=None, workers: int = 2,
-        progress=None) -> dict:
-    """Sweep ``seed``: ``count`` generated scenarios."""
-    return run_jobs([('sweep', (seed, i), policies) for i in range(count)],
-                    workers, progress)
+        progress=None, options=None) -> dict:
+    """Sweep ``seed``: ``count`` generated scenarios (``options``:
+    :func:`nova_numa_overhead.sim.runner.run`'s).
+    """
+    return run_jobs([('sweep', (seed, i), policies, options)
+                     for i in range(count)], workers, progress)
 
 
-def run_builtin(policies=None, workers: int = 2, progress=None) -> dict:
+def run_builtin(policies=None, workers: int = 2, progress=None,
+                options=None) -> dict:
     """Every built-in scenario."""
-    return run_jobs([('builtin', name, policies)
+    return run_jobs([('builtin', name, policies, options)
                      for name in sorted(scenarios.builtin())],
                     workers, progress)
 

@@ -469,6 +469,18 @@ class TestClusterScheduler(testtools.TestCase):
         self.assertEqual('h2', sched.pick(list(states.values()), 1024, {},
                                           vcpus=2))
 
+    def test_options_of_the_scheduler_side_last_one_run(self):
+        from nova_numa_overhead.sim import cluster
+        sched = cluster.Scheduler(None, False, 'numa-overhead-test', {
+            'numa_overhead': {'weight_multiplier': '0.5'},
+            'numa_overhead_agent': {'guest_floor': '0.5'}})
+        self.addCleanup(sched.close)
+        self.assertEqual(0.5, sched.conf.numa_overhead.weight_multiplier)
+        sched.close()
+        # The process's configuration: the next run starts from the
+        # defaults.
+        self.assertEqual(0.0, sched.conf.numa_overhead.weight_multiplier)
+
     def test_placement_offers_only_hosts_that_hold_the_request(self):
         from nova_numa_overhead.sim import cluster
         sched = cluster.Scheduler(None, False, 'numa-overhead-test')
@@ -692,6 +704,66 @@ class TestCommand(testtools.TestCase):
         self.assertEqual('sweep-5-0', row['name'])
         self.assertIn('guests', row['scenario'])
         self.assertEqual('overhead-aware', row['default'])
+
+    def test_set_an_option_of_ours(self):
+        seen = []
+        real = policies.production_conf
+
+        def conf(overrides=None):
+            made = real(overrides)
+            seen.append(made.numa_overhead_agent.guest_floor)
+            return made
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.sim.policies.production_conf', conf))
+        rc, out, err = self.run_cli(
+            'simulate', '--scenario', 'remote-2', '--quiet', '--format',
+            'json', '--policies', 'nova-default,overhead-aware,liu-li',
+            '--set', 'numa_overhead_agent.guest_floor=0.5',
+            '--set', 'numa_overhead_agent.optimize=true')
+        self.assertEqual(0, rc, err)
+        data = json.loads(out)
+        self.assertEqual({'numa_overhead_agent': {
+            'guest_floor': '0.5', 'optimize': 'true'}}, data['options'])
+        # Ours and liu-li read it; liu-li's own overrides still win.
+        self.assertEqual([0.5, 0.5], seen)
+        self.assertIn('overhead-aware', data['policies'])
+
+    def test_set_applies_to_every_scenario_of_a_sweep(self):
+        jobs = []
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.sim.sweep.run_jobs',
+            lambda js, workers, progress: jobs.extend(js) or {
+                'scenarios': []}))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.sim.sweep.distribution', lambda data: {}))
+        rc, out, err = self.run_cli(
+            'simulate', '--sweep', '3', '--quiet', '--format', 'json',
+            '--set', 'numa_overhead.weight_multiplier=1.0')
+        self.assertEqual(0, rc, err)
+        options = {'numa_overhead': {'weight_multiplier': '1.0'}}
+        self.assertEqual([options] * 3, [job[3] for job in jobs])
+        self.assertEqual(options, json.loads(out)['options'])
+
+    def test_bad_set_is_one_line(self):
+        for item, text in (
+                ('numa_overhead_agent.guest_floor=2', 'guest_floor=2: '),
+                ('numa_overhead_agent.guest_floor=x', 'guest_floor=x: '),
+                ('numa_overhead_agent.nope=1',
+                 'no option numa_overhead_agent.nope'),
+                ('libvirt.x=1', "group 'libvirt'"),
+                ('guest_floor=0.9', 'expected GROUP.OPTION=VALUE'),
+                ('numa_overhead_agent.guest_floor',
+                 'expected GROUP.OPTION=VALUE')):
+            for mode in (('--scenario', 'remote-2'), ('--sweep', '2')):
+                rc, out, err = self.run_cli('simulate', *mode, '--quiet',
+                                            '--set', item)
+                self.assertEqual(2, rc, item)
+                self.assertEqual('', out)
+                lines = err.strip().splitlines()
+                self.assertEqual(1, len(lines), err)
+                self.assertIn(text, lines[0])
+                self.assertTrue(lines[0].startswith(
+                    'nova-numa-overhead simulate: --set'), lines[0])
 
 
 class TestReport(testtools.TestCase):
