@@ -638,9 +638,11 @@ guests' summed speed, and a guest may be slowed for others.
 
 A floor protects single guests (an operator with per-guest SLAs) at a price
 in the mean; see the simulator guide for both measured. The default leaves
-the cost model's errors a margin above 0.90: guests the model predicted at
-the floor often end several percent below it. 1.0 allows no predicted loss
-to any guest (moves that only make guests faster), and most moves stop.
+the cost model's errors a margin above 0.90: of the neighbours a move was
+predicted to slow, about one in eight is measured more than 3 points below
+the prediction. 1.0 lets no guest be predicted below its speed before the
+optimizer's moves (a guest they were predicted to speed up may give that
+back), and about half the moves stop.
 
 Possible values:
 

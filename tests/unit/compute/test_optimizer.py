@@ -123,7 +123,8 @@ class TestPlan(OptimizerTestCase):
         """'a' could join 'b' (memory-intensive, not movable) on node 1;
         node 0 has no room for its memory.
         """
-        self.flags(group='numa_overhead_agent', guest_floor=floor)
+        if floor is not None:
+            self.flags(group='numa_overhead_agent', guest_floor=floor)
         self.remote()
         self.hv.add('b', {1: 4 * GIB}, vcpu_node=1,
                     extra_specs={'numa_overhead:rebalance': 'false'})
@@ -145,6 +146,14 @@ class TestPlan(OptimizerTestCase):
 
     def test_the_floor_is_on_by_default(self):
         self.assertEqual(0.97, self.conf.numa_overhead_agent.guest_floor)
+        # Left at its default, the floor refuses the move that slows 'b'
+        # (made without a floor: see above).
+        agent, actions = self.with_neighbour(None)
+        self.assertEqual([], [a for a in actions if a.nodes == (1,)])
+        # 0.95 of its speed: below the default, not below the former 0.93.
+        self.assertTrue(agent.optimizer._below_floor({'b': 0.95}))
+        self.flags(group='numa_overhead_agent', guest_floor=0.93)
+        self.assertFalse(agent.optimizer._below_floor({'b': 0.95}))
 
     def test_no_move_that_slows_a_guest_below_the_floor(self):
         agent, actions = self.with_neighbour(0.0)
@@ -166,6 +175,12 @@ class TestPlan(OptimizerTestCase):
         self.assertTrue(opt._below_floor(effects))
         # Gains never count against it.
         self.assertFalse(opt._below_floor({'b': 1.5}))
+        # At 1.0, a guest the optimizer's moves were predicted to speed
+        # up may be slowed back to its speed before them, not below.
+        self.flags(group='numa_overhead_agent', guest_floor=1.0)
+        opt.standing['b'] = 1.05
+        self.assertFalse(opt._below_floor({'b': 0.96}))
+        self.assertTrue(opt._below_floor({'b': 0.95}))
 
     def test_an_undone_move_no_longer_counts_against_the_floor(self):
         agent, actions = self.with_neighbour(0.0)
