@@ -48,7 +48,9 @@ def simulate(scenario, policies=None, progress=None, transport_url=None,
 
 def options(settings) -> dict:
     """``--set GROUP.OPTION=VALUE`` arguments -> group -> {option:
-    value}, checked (ValueError, one line, otherwise).
+    value}, the values of the options' types, checked (ValueError, one
+    line, otherwise: :func:`~nova_numa_overhead.sim.policies.check_options`;
+    an option set twice too).
     """
     out = {}
     for item in settings or ():
@@ -57,13 +59,18 @@ def options(settings) -> dict:
         if not sep or not dot or not group or not name:
             raise ValueError('--set %s: expected GROUP.OPTION=VALUE, as '
                              'numa_overhead_agent.guest_floor=0.93' % item)
+        if name in out.get(group, {}):
+            raise ValueError('--set: %s.%s is set twice' % (group, name))
         out.setdefault(group, {})[name] = value.strip()
-    policies_mod.check_options(out)
-    return out
+    return policies_mod.check_options(out)
 
 
 def run(args, out=None) -> int:
     out = out or sys.stdout
+    if args.list and getattr(args, 'options', None):
+        print('nova-numa-overhead simulate: --set does not apply to --list',
+              file=sys.stderr)
+        return 2
     if args.list:
         listed = {name: factory().description
                   for name, factory in sorted(scenarios.builtin().items())}

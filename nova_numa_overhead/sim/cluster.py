@@ -78,17 +78,25 @@ class Scheduler:
         # takes a fraction of one: a run paused long enough (a debugger,
         # a suspended machine) must not see its hosts' reports expire.
         conf.set_override('report_ttl', 10 ** 6, group='numa_overhead')
-        # ``simulate --set numa_overhead.NAME=VALUE``: taken back by
-        # close() (the configuration is the process's, shared by runs).
+        # ``simulate --set numa_overhead.NAME=VALUE`` (the run of ours
+        # only: the others have no filter or weigher of the plugin):
+        # cleared by close(), however the run ends (the configuration is
+        # the process's, shared by the runs that follow).
         self.overridden = []
-        for name, value in (options or {}).get(
-                policies_mod.SCHEDULER_GROUP, {}).items():
-            conf.set_override(name, value, group='numa_overhead')
-            self.overridden.append(name)
-        store.reset_store()
-        self.store = store.get_store(conf) if ours else None
-        if ours and not store.listener().wait(30):
-            raise ClusterError('the report listener did not start in 30 s')
+        self.store = None
+        try:
+            for name, value in ((options or {}).get(
+                    policies_mod.SCHEDULER_GROUP, {}) if ours else {}).items():
+                conf.set_override(name, value, group='numa_overhead')
+                self.overridden.append(name)
+            store.reset_store()
+            self.store = store.get_store(conf) if ours else None
+            if ours and not store.listener().wait(30):
+                raise ClusterError('the report listener did not start in '
+                                   '30 s')
+        except Exception:
+            self.close()
+            raise
         self.filter_handler = nova_filters.HostFilterHandler()
         self.weight_handler = nova_weights.HostWeightHandler()
         self.filters = [filters.NUMAOverheadFilter()] if ours else []
@@ -241,17 +249,18 @@ def run_policy(scenario, name, transport_url=None, tick=None,
     hosts = {}
     hvs = {}
     pols = {}
-    for i in range(scenario.hosts):
-        hname = 'sim-host-%d' % (i + 1)
-        host, hv = runner.new_host(scenario, seed_offset=i)
-        policy = policies_mod.new(name, options)
-        policy.attach(hv, scenario)
-        if ours:
-            policy.agent.host = hname
-            policy.publisher = _Publisher(rpc.ReportPublisher(sched.conf))
-            policy.agent.publisher = policy.publisher
-        hosts[hname], hvs[hname], pols[hname] = host, hv, policy
     try:
+        for i in range(scenario.hosts):
+            hname = 'sim-host-%d' % (i + 1)
+            host, hv = runner.new_host(scenario, seed_offset=i)
+            policy = policies_mod.new(name, options)
+            policy.attach(hv, scenario)
+            if ours:
+                policy.agent.host = hname
+                policy.publisher = _Publisher(
+                    rpc.ReportPublisher(sched.conf))
+                policy.agent.publisher = policy.publisher
+            hosts[hname], hvs[hname], pols[hname] = host, hv, policy
         recorder, placed = _run(scenario, sched, hosts, hvs, pols, ours,
                                 tick)
     finally:

@@ -404,6 +404,15 @@ class PaperMethod(OverheadAware):
 
 AGENT_GROUP = 'numa_overhead_agent'
 SCHEDULER_GROUP = 'numa_overhead'
+# Options ``simulate --set`` refuses: the simulator sets them itself (its
+# hypervisor, its in-process transport and per-run topic, reports that do
+# not age on its fast clock) or they name files and hosts of a real
+# deployment.
+NOT_SETTABLE = {
+    AGENT_GROUP: ('connection_uri', 'hypervisor', 'sim_host',
+                  'sim_scenario', 'topology_file'),
+    SCHEDULER_GROUP: ('transport_url', 'report_topic', 'report_ttl'),
+}
 
 
 def new(name, options=None) -> Policy:
@@ -417,19 +426,29 @@ def new(name, options=None) -> Policy:
     return cls()
 
 
-def check_options(options) -> None:
-    """Raise ValueError, one line, where ``options`` (group -> {option:
-    value}) names a group other than the agent's and the scheduler
-    side's, an unknown option, or a value its type or range refuses.
+def check_options(options) -> dict:
+    """``options`` (group -> {option: value as given}) as their options'
+    types make them (group -> {option: value}); ValueError, one line,
+    where it names a group other than the agent's and the scheduler
+    side's, an unknown option, one the simulator sets itself
+    (NOT_SETTABLE), or a value its type or range refuses (an empty one
+    included).
     """
     conf = plugin_conf.register_opts(cfg.ConfigOpts())
-    conf([])
+    conf([], use_env=False)
+    out = {}
     for group, values in (options or {}).items():
         if group not in (AGENT_GROUP, SCHEDULER_GROUP):
             raise ValueError('--set: group %r: only %s and %s options can '
                              'be set' % (group, AGENT_GROUP,
                                          SCHEDULER_GROUP))
         for name, value in values.items():
+            if name in NOT_SETTABLE[group]:
+                raise ValueError('--set: %s.%s is set by the simulator%s'
+                                 % (group, name, ' (--transport-url)'
+                                    if name == 'transport_url' else ''))
+            if not str(value).strip():
+                raise ValueError('--set: %s.%s: no value' % (group, name))
             try:
                 conf.set_override(name, value, group=group)
             except cfg.NoSuchOptError:
@@ -437,6 +456,16 @@ def check_options(options) -> None:
             except (TypeError, ValueError) as exc:
                 raise ValueError('--set: %s.%s=%s: %s'
                                  % (group, name, value, exc))
+            out.setdefault(group, {})[name] = conf[group][name]
+    if out.get(AGENT_GROUP):
+        # What the agent service checks when it starts (thresholds
+        # ascending, bounds in order): refused now, not after the
+        # baselines ran.
+        try:
+            agent_conf.check(production_conf(out[AGENT_GROUP]))
+        except ValueError as exc:
+            raise ValueError('--set: %s' % exc)
+    return out
 
 
 def production_conf(overrides=None):
@@ -444,7 +473,9 @@ def production_conf(overrides=None):
     the option defaults and :data:`agent_conf.PRODUCTION`, nothing else.
     """
     conf = plugin_conf.register_opts(cfg.ConfigOpts())
-    conf([])
+    # Nothing from the environment (OS_NUMA_OVERHEAD_AGENT__*): what the
+    # simulated agents run with is the defaults and what is set here.
+    conf([], use_env=False)
     for name, value in dict(agent_conf.PRODUCTION,
                             **(overrides or {})).items():
         conf.set_override(name, value, group='numa_overhead_agent')

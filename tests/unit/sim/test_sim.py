@@ -471,15 +471,76 @@ class TestClusterScheduler(testtools.TestCase):
 
     def test_options_of_the_scheduler_side_last_one_run(self):
         from nova_numa_overhead.sim import cluster
-        sched = cluster.Scheduler(None, False, 'numa-overhead-test', {
-            'numa_overhead': {'weight_multiplier': '0.5'},
-            'numa_overhead_agent': {'guest_floor': '0.5'}})
+        options = {'numa_overhead': {'weight_multiplier': 0.5},
+                   'numa_overhead_agent': {'guest_floor': 0.5}}
+        sched = cluster.Scheduler(None, True, 'numa-overhead-test', options)
         self.addCleanup(sched.close)
         self.assertEqual(0.5, sched.conf.numa_overhead.weight_multiplier)
         sched.close()
         # The process's configuration: the next run starts from the
         # defaults.
         self.assertEqual(0.0, sched.conf.numa_overhead.weight_multiplier)
+        # The runs of the other policies have no weigher of ours to set.
+        sched = cluster.Scheduler(None, False, 'numa-overhead-test', options)
+        self.addCleanup(sched.close)
+        self.assertEqual(0.0, sched.conf.numa_overhead.weight_multiplier)
+
+    def small_cluster(self):
+        scenario = scenarios.get('cluster')
+        return dataclasses.replace(scenario, guests=scenario.guests[:6],
+                                   hosts=2, duration=20, measure=10)
+
+    def test_options_reach_a_clusters_agents_and_weigher(self):
+        from nova_numa_overhead.scheduler import weighers
+        seen = {'floor': [], 'multiplier': []}
+        real_new = policies.new
+
+        def new(name, options=None):
+            made = real_new(name, options)
+            real_attach = made.attach
+
+            def attach(hv, scenario=None):
+                real_attach(hv, scenario)
+                if hasattr(made, 'conf'):
+                    seen['floor'].append(
+                        made.conf.numa_overhead_agent.guest_floor)
+            made.attach = attach
+            return made
+        real_weigh = weighers.NUMAOverheadWeigher.weigh_objects
+
+        def weigh(weigher, weighed_obj_list, spec_obj):
+            seen['multiplier'].append(weigher.weight_multiplier(
+                weighed_obj_list[0].obj))
+            return real_weigh(weigher, weighed_obj_list, spec_obj)
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.sim.policies.new', new))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.scheduler.weighers.NUMAOverheadWeigher.'
+            'weigh_objects', weigh))
+        results = sim_cluster.run(
+            self.small_cluster(), ('nova-default', 'overhead-aware'),
+            options={'numa_overhead': {'weight_multiplier': 0.25},
+                     'numa_overhead_agent': {'guest_floor': 0.5}})
+        self.assertEqual({'nova-default', 'overhead-aware'}, set(results))
+        # Both hosts' agents; Nova's default has none.
+        self.assertEqual([0.5, 0.5], seen['floor'])
+        self.assertTrue(seen['multiplier'])
+        self.assertEqual({0.25}, set(seen['multiplier']))
+        import nova.conf
+        self.assertEqual(0.0, nova.conf.CONF.numa_overhead.weight_multiplier)
+
+    def test_options_do_not_outlive_a_failed_cluster_run(self):
+        import nova.conf
+
+        def broken(name, options=None):
+            raise ValueError('an agent that cannot start')
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.sim.policies.new', broken))
+        self.assertRaises(
+            ValueError, sim_cluster.run_policy, self.small_cluster(),
+            'overhead-aware',
+            options={'numa_overhead': {'weight_multiplier': 0.25}})
+        self.assertEqual(0.0, nova.conf.CONF.numa_overhead.weight_multiplier)
 
     def test_placement_offers_only_hosts_that_hold_the_request(self):
         from nova_numa_overhead.sim import cluster
@@ -711,7 +772,8 @@ class TestCommand(testtools.TestCase):
 
         def conf(overrides=None):
             made = real(overrides)
-            seen.append(made.numa_overhead_agent.guest_floor)
+            seen.append((made.numa_overhead_agent.guest_floor,
+                         made.numa_overhead_agent.optimize))
             return made
         self.useFixture(fixtures.MonkeyPatch(
             'nova_numa_overhead.sim.policies.production_conf', conf))
@@ -723,9 +785,10 @@ class TestCommand(testtools.TestCase):
         self.assertEqual(0, rc, err)
         data = json.loads(out)
         self.assertEqual({'numa_overhead_agent': {
-            'guest_floor': '0.5', 'optimize': 'true'}}, data['options'])
-        # Ours and liu-li read it; liu-li's own overrides still win.
-        self.assertEqual([0.5, 0.5], seen)
+            'guest_floor': 0.5, 'optimize': True}}, data['options'])
+        # Checked once (the agent's own checks), then ours and liu-li
+        # read it; liu-li's own overrides still win.
+        self.assertEqual([(0.5, True), (0.5, True), (0.5, False)], seen)
         self.assertIn('overhead-aware', data['policies'])
 
     def test_set_applies_to_every_scenario_of_a_sweep(self):
@@ -740,9 +803,33 @@ class TestCommand(testtools.TestCase):
             'simulate', '--sweep', '3', '--quiet', '--format', 'json',
             '--set', 'numa_overhead.weight_multiplier=1.0')
         self.assertEqual(0, rc, err)
-        options = {'numa_overhead': {'weight_multiplier': '1.0'}}
+        options = {'numa_overhead': {'weight_multiplier': 1.0}}
         self.assertEqual([options] * 3, [job[3] for job in jobs])
         self.assertEqual(options, json.loads(out)['options'])
+
+    def test_a_sweep_job_runs_with_its_options(self):
+        calls = []
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.sim.cli.simulate',
+            lambda scenario, policies, options=None: calls.append(
+                options) or {}))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.sim.report.summary',
+            lambda scenario, results: {'scenario': scenario.name}))
+        options = {'numa_overhead_agent': {'guest_floor': 0.5}}
+        row = sweep._run_one(('sweep', (5, 0), None, options))
+        self.assertEqual('sweep-5-0', row['name'])
+        self.assertEqual([options], calls)
+
+    def test_set_twice_or_with_list_is_one_line(self):
+        for argv in (('--scenario', 'remote-2', '--set',
+                      'numa_overhead_agent.guest_floor=0.5', '--set',
+                      'numa_overhead_agent.guest_floor=0.6'),
+                     ('--list', '--set', 'numa_overhead_agent.x=1')):
+            rc, out, err = self.run_cli('simulate', '--quiet', *argv)
+            self.assertEqual(2, rc)
+            self.assertEqual('', out)
+            self.assertEqual(1, len(err.strip().splitlines()), err)
 
     def test_bad_set_is_one_line(self):
         for item, text in (
@@ -750,6 +837,15 @@ class TestCommand(testtools.TestCase):
                 ('numa_overhead_agent.guest_floor=x', 'guest_floor=x: '),
                 ('numa_overhead_agent.nope=1',
                  'no option numa_overhead_agent.nope'),
+                ('numa_overhead_agent.guest_floor=',
+                 'numa_overhead_agent.guest_floor: no value'),
+                ('numa_overhead_agent.llc_thresholds=3,2,1',
+                 'llc thresholds must be strictly ascending'),
+                ('numa_overhead.transport_url=fake://',
+                 'set by the simulator (--transport-url)'),
+                ('numa_overhead.report_ttl=5', 'set by the simulator'),
+                ('numa_overhead_agent.topology_file=/etc/passwd',
+                 'set by the simulator'),
                 ('libvirt.x=1', "group 'libvirt'"),
                 ('guest_floor=0.9', 'expected GROUP.OPTION=VALUE'),
                 ('numa_overhead_agent.guest_floor',
