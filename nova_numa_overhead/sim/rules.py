@@ -18,7 +18,10 @@
 * economy: more memory moved than the guests have in all.
 
 :func:`broken` reads one scenario's row of ``simulate --all`` or
-``--sweep`` JSON (:func:`nova_numa_overhead.sim.report.summary`).
+``--sweep`` JSON (:func:`nova_numa_overhead.sim.report.summary`);
+:func:`splice` puts a quicker run of ours (``--policies
+nova-default,overhead-aware --set ...``) into a full run's row
+(``tools/splice-sweep.py``).
 
 :func:`unattainable` says where the fair oracle (the oracle's search
 with every guest held at >= GUEST of its Nova-default throughput,
@@ -77,6 +80,39 @@ def unattainable(row: dict) -> bool:
     """
     fair = row.get('fair_of_oracle')
     return fair is not None and fair < oracle_floor(row)
+
+
+def splice(full: dict, variant: dict, policy: str = 'overhead-aware'
+           ) -> dict:
+    """``full``'s row with ``variant``'s results for ``policy`` (rows of
+    the same scenario: ``variant`` run with fewer policies, as
+    ``simulate --policies nova-default,overhead-aware --set ...``), its
+    standing against the other policies and the oracle recomputed from
+    their means, which the JSON rounds to four digits (a scenario within
+    a rounding of a rule's edge may count on the other side of it). The
+    oracle is ``full``'s: where it took our placement for some seconds
+    (it tries every policy's), the variant's would change it a little.
+    ``vs_nova_default`` and ``worst_guest`` are the variant's own.
+    """
+    if full.get('name') != variant.get('name'):
+        raise ValueError('rows of different scenarios: %s, %s'
+                         % (full.get('name'), variant.get('name')))
+    ours = variant['policies'][policy]
+    policies = dict(full['policies'], **{policy: ours})
+    row = dict(full, policies=policies)
+    others = [p for p in policies if p not in (policy, 'oracle', 'liu-li')]
+    if others:
+        best = max(others, key=lambda p: policies[p]['mean_throughput'])
+        row['best_other'] = best
+        row['vs_best_other'] = (
+            ours['mean_throughput'] / policies[best]['mean_throughput'] -
+            1.0) if policies[best]['mean_throughput'] else None
+    oracle = policies.get('oracle')
+    if oracle and oracle.get('mean_throughput'):
+        row['fraction_of_oracle'] = \
+            ours['mean_throughput'] / oracle['mean_throughput']
+    row['worst_guest'] = ours.get('worst_guest')
+    return row
 
 
 def oracle_floor(row: dict) -> float:

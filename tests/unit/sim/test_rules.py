@@ -107,6 +107,46 @@ class TestBroken(testtools.TestCase):
             moved_mb=4096)))
 
 
+def full_row(ours_mean=1.0):
+    def policy(mean, worst=1.0):
+        return {'mean_throughput': mean, 'vs_nova_default': mean,
+                'worst_guest': worst, 'moved_mb': 0.0}
+    return {'name': 's', 'scenario': {'guests': [{'memory_gb': 4.0}]},
+            'vs_best_other': ours_mean / 1.2 - 1.0,
+            'fraction_of_oracle': ours_mean / 1.5, 'worst_guest': 1.0,
+            'policies': {'nova-default': policy(1.0),
+                         'numad': policy(1.2), 'liu-li': policy(2.0),
+                         'overhead-aware': policy(ours_mean),
+                         'oracle': policy(1.5)}}
+
+
+class TestSplice(testtools.TestCase):
+
+    def test_the_variant_against_the_full_runs_others(self):
+        variant = {'name': 's', 'policies': {
+            'nova-default': {'mean_throughput': 1.0},
+            'overhead-aware': {'mean_throughput': 1.35,
+                               'vs_nova_default': 1.35,
+                               'worst_guest': 0.85, 'moved_mb': 0.0}}}
+        full = full_row(1.1)
+        row = rules.splice(full, variant)
+        # liu-li is not another policy to beat; the oracle is the full
+        # run's.
+        self.assertEqual('numad', row['best_other'])
+        self.assertAlmostEqual(1.35 / 1.2 - 1.0, row['vs_best_other'])
+        self.assertAlmostEqual(0.9, row['fraction_of_oracle'])
+        self.assertEqual(0.85, row['worst_guest'])
+        self.assertEqual(['guest'], rules.broken(row))
+        self.assertEqual(['win', 'oracle'], rules.broken(full))
+        # The full run's row is left as it was.
+        self.assertEqual(1.1, full['policies']['overhead-aware'][
+            'mean_throughput'])
+
+    def test_rows_of_different_scenarios(self):
+        variant = dict(full_row(), name='t')
+        self.assertRaises(ValueError, rules.splice, full_row(), variant)
+
+
 class TestTheBar(testtools.TestCase):
     """Whole runs (about half a minute on two workers)."""
 

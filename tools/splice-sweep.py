@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The bar's rules for a variant of the default configuration, without
+re-running every policy.
+
+    nova-numa-overhead simulate --sweep 50 --seed 101 --format json \\
+        > full.json
+    nova-numa-overhead simulate --sweep 50 --seed 101 --format json \\
+        --policies nova-default,overhead-aware \\
+        --set numa_overhead_agent.guest_floor=0.93 > variant.json
+    .venv/bin/python tools/splice-sweep.py full.json variant.json
+
+Several pairs may be given (FULL VARIANT FULL VARIANT ...: one per seed).
+It prints, over all their scenarios, how many break each rule and the
+bar (nova_numa_overhead.sim.rules), the mean of the variant's means
+against Nova's default, the worst-guest count and the memory moved,
+with the other policies and the oracle of the full run
+(nova_numa_overhead.sim.rules.splice says what that approximates).
+"""
+
+import collections
+import json
+import sys
+
+from nova_numa_overhead.sim import rules
+
+
+def main(argv) -> int:
+    if not argv or len(argv) % 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    counts = collections.Counter()
+    broken = 0
+    means = []
+    guests = 0
+    moved_mb = 0.0
+    for full_path, variant_path in zip(argv[::2], argv[1::2]):
+        with open(full_path) as f:
+            full = {r['name']: r for r in json.load(f)['scenarios']}
+        with open(variant_path) as f:
+            variant = {r['name']: r for r in json.load(f)['scenarios']}
+        if set(full) != set(variant):
+            print('splice-sweep: %s and %s hold different scenarios'
+                  % (full_path, variant_path), file=sys.stderr)
+            return 2
+        for name in sorted(full):
+            row = rules.splice(full[name], variant[name])
+            found = rules.broken(row)
+            counts.update(found)
+            broken += bool(found)
+            ours = row['policies']['overhead-aware']
+            means.append(ours.get('vs_nova_default') or 0.0)
+            guests += sum(1 for v in ours.get('normalised', {}).values()
+                          if v is not None and v < rules.GUEST)
+            moved_mb += ours.get('moved_mb') or 0.0
+    print('scenarios %d, bar broken in %d (%s); mean of the means %.4fx '
+          "Nova's default; guests below %.2fx: %d; %.0f GiB moved"
+          % (len(means), broken,
+             ', '.join('%s %d' % (r, counts[r]) for r in rules.RULES),
+             sum(means) / max(len(means), 1), rules.GUEST, guests,
+             moved_mb / 1024.0))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
