@@ -35,6 +35,19 @@ import sys
 from nova_numa_overhead.sim import rules
 
 
+def _rows(path) -> dict:
+    """Scenario name -> row of a ``simulate --sweep`` (or ``--all``)
+    JSON file; ValueError, one line, for anything else.
+    """
+    with open(path) as f:
+        try:
+            data = json.load(f)
+            return {r['name']: r for r in data['scenarios']}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError('%s: not the JSON of simulate --sweep or --all '
+                             '(%s)' % (path, exc))
+
+
 def main(argv) -> int:
     if not argv or len(argv) % 2:
         print(__doc__, file=sys.stderr)
@@ -45,16 +58,23 @@ def main(argv) -> int:
     guests = 0
     moved_mb = 0.0
     for full_path, variant_path in zip(argv[::2], argv[1::2]):
-        with open(full_path) as f:
-            full = {r['name']: r for r in json.load(f)['scenarios']}
-        with open(variant_path) as f:
-            variant = {r['name']: r for r in json.load(f)['scenarios']}
+        try:
+            full, variant = _rows(full_path), _rows(variant_path)
+        except (OSError, ValueError) as exc:
+            print('splice-sweep: %s' % exc, file=sys.stderr)
+            return 2
         if set(full) != set(variant):
             print('splice-sweep: %s and %s hold different scenarios'
                   % (full_path, variant_path), file=sys.stderr)
             return 2
         for name in sorted(full):
-            row = rules.splice(full[name], variant[name])
+            try:
+                row = rules.splice(full[name], variant[name])
+            except KeyError as exc:
+                print('splice-sweep: %s: no %s in its rows (a --sweep or '
+                      '--all JSON of simulate?)' % (name, exc),
+                      file=sys.stderr)
+                return 2
             found = rules.broken(row)
             counts.update(found)
             broken += bool(found)

@@ -124,10 +124,8 @@ def summary(scenario, results: dict) -> dict:
     if DEFAULT in policies:
         ours = policies[DEFAULT]
         data['fraction_of_oracle'] = ours['fraction_of_oracle']
-        # liu-li is the default configuration without its optimizer, not
-        # another policy to beat.
-        others = [n for n in results if n not in (
-            DEFAULT, ORACLE, policies_mod.PaperMethod.name)]
+        others = [n for n in results
+                  if n != DEFAULT and n not in rules.NOT_OTHERS]
         if others:
             best = max(others, key=lambda n: results[n].mean)
             data['best_other'] = best

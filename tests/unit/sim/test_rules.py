@@ -142,6 +142,11 @@ class TestSplice(testtools.TestCase):
         self.assertEqual(1.1, full['policies']['overhead-aware'][
             'mean_throughput'])
 
+    def test_not_others_are_the_oracle_and_liu_li(self):
+        from nova_numa_overhead.sim import policies
+        self.assertEqual((policies.ORACLE, policies.PaperMethod.name),
+                         rules.NOT_OTHERS)
+
     def test_rows_of_different_scenarios(self):
         variant = dict(full_row(), name='t')
         self.assertRaises(ValueError, rules.splice, full_row(), variant)
