@@ -142,6 +142,11 @@ STALL_FORGET = 0.7       # and below which what was learned is forgotten
 STALL_MAX_CYCLES = 1000.0  # a miss costs at most this (a slow remote one)
 SHIFT_MAX = 60.0         # seconds a guest whose workload keeps changing
 #                          is held (then taken as a steady mixed one)
+# Verdicts whose predictions the optimizer keeps beside what was measured
+# (calibration(): how well the cost model foresaw the moves' effects on
+# this host), the most recent ones; each has its guest and, unless guests
+# started or left meanwhile, its measured neighbours.
+CALIBRATION = 256
 UNSEEN_WAIT = 60.0       # seconds a guest the model cannot see yet keeps
 #                          other guests off its nodes (its counters may
 #                          never come: not for ever); longer where the
@@ -328,6 +333,11 @@ class Optimizer:
         # gains are scaled by it, so a host whose costs the model
         # misjudges gets fewer, surer moves.
         self.trust = TRUST_START
+        # (predicted, measured) speed after / before of the moved guests
+        # and of their measured neighbours, at the verdicts.
+        self.predictions = {
+            'guest': collections.deque(maxlen=CALIBRATION),
+            'neighbours': collections.deque(maxlen=CALIBRATION * 4)}
         self._views: dict = {}
         self._left = PREDICTIONS
         self._start = 0
@@ -1175,9 +1185,11 @@ class Optimizer:
             came = check.host_changed
             if came:
                 self.counts['host_changed'] += 1
-                changes, before_n, after_n = [], 0.0, 0.0
+                changes, before_n, after_n, measured = [], 0.0, 0.0, {}
             else:
-                changes, before_n, after_n = self._neighbourhood(check)
+                changes, before_n, after_n, measured = \
+                    self._neighbourhood(check)
+            self._calibrate(check, own, measured)
             changes.insert(0, own - 1.0)
             hood = after_n / before_n if before_n > 0 else None if came \
                 else 1.0
@@ -1280,10 +1292,12 @@ class Optimizer:
         return (back, total) if back < STRANDED * total else None
 
     def _neighbourhood(self, check) -> tuple:
-        """The neighbours' relative changes since ``check``'s move, and
-        their instructions per second before and after, summed.
+        """The neighbours' relative changes since ``check``'s move, their
+        instructions per second before and after, summed, and name ->
+        speed after / before.
         """
         changes = []
+        measured = {}
         before = after = 0.0
         for other, ips in check.neighbours.items():
             mean = self._mean(other, since=check.settle)
@@ -1294,8 +1308,29 @@ class Optimizer:
                 continue
             before += ips
             after += mean.ips
+            measured[other] = mean.ips / ips
             changes.append(mean.ips / ips - 1.0)
-        return changes, before, after
+        return changes, before, after, measured
+
+    def _calibrate(self, check, own, measured) -> None:
+        """Keep what ``check``'s move was predicted to do to the speed of
+        its guest (measured: ``own``) and of its neighbours (``measured``:
+        name -> speed after / before, those the verdict weighed) beside
+        what was measured.
+        """
+        self.predictions['guest'].append(
+            (check.effects.get(check.guest, 1.0), own))
+        for other, ratio in measured.items():
+            self.predictions['neighbours'].append(
+                (check.effects.get(other, 1.0), ratio))
+
+    def calibration(self) -> dict:
+        """How the cost model's predictions of the recent verdicts came
+        true: kind (``guest``: the moved guests; ``neighbours``: the
+        guests on the nodes they left or joined) -> calibration_summary.
+        """
+        return {kind: calibration_summary(pairs)
+                for kind, pairs in self.predictions.items()}
 
     def _hold_unjudged(self, name) -> float:
         """Seconds ``name`` is left alone after a move with no verdict:
@@ -1350,7 +1385,7 @@ class Optimizer:
         """
         self._count(check.guest, 'kept')
         self.unjudged_run.pop(check.guest, None)
-        text = 'kept: ' + _judged(own, hood, check.predicted)
+        text = 'kept: ' + _judged(own, hood, check)
         payload = {'progress': own, 'neighbours': hood,
                    'stranded': stranded is not None}
         if stranded is None:
@@ -1381,7 +1416,7 @@ class Optimizer:
 
     def _undo(self, check, own, hood, now) -> bool:
         agent = self.agent
-        text = _judged(own, hood, check.predicted)
+        text = _judged(own, hood, check)
         domain = agent.domains.get(check.guest)
         cpus = check.undo[1]
         nodes = self._undo_nodes(check, domain)
@@ -1551,6 +1586,43 @@ class Optimizer:
                 'learned_miss_cost': len(self.per_miss)}
 
 
+CALIBRATION_MISS = 3.0  # % off the predicted speed that is a miss
+
+
+def calibration_summary(pairs) -> dict:
+    """``pairs`` of (predicted, measured) speed after / before: their
+    count (``judged``), the measured speed in % above or below the
+    predicted one (``median``, ``p10``, ``p90``), and how many were
+    measured more than CALIBRATION_MISS % below (``below``) or above
+    (``above``) it; of those predicted to lose more than 0.5%
+    (``predicted_loss``) and to gain more (``predicted_gain``), how many
+    were measured more than CALIBRATION_MISS % below the prediction.
+    """
+    def miss(p, m):
+        return 100.0 * (m / p - 1.0) if p > 0 else 0.0
+
+    errors = sorted(miss(p, m) for p, m in pairs)
+    out = {'judged': len(errors)}
+    if not errors:
+        return out
+
+    def pct(q):
+        k = (len(errors) - 1) * q
+        lo, hi = math.floor(k), math.ceil(k)
+        return round(errors[lo] + (errors[hi] - errors[lo]) * (k - lo), 2)
+
+    out.update({
+        'median': pct(0.5), 'p10': pct(0.1), 'p90': pct(0.9),
+        'below': sum(1 for e in errors if e < -CALIBRATION_MISS),
+        'above': sum(1 for e in errors if e > CALIBRATION_MISS)})
+    for key, chosen in (
+            ('predicted_loss', [(p, m) for p, m in pairs if p < 0.995]),
+            ('predicted_gain', [(p, m) for p, m in pairs if p > 1.005])):
+        out[key] = {'judged': len(chosen), 'below': sum(
+            1 for p, m in chosen if miss(p, m) < -CALIBRATION_MISS)}
+    return out
+
+
 def _changed(rpi, mean) -> tuple | None:
     """(before, now) where a guest's LLC references per instruction went
     from ``rpi`` to ``mean``'s by PHASE or more either way and across the
@@ -1569,16 +1641,19 @@ def _changed(rpi, mean) -> tuple | None:
     return (rpi, now)
 
 
-def _judged(own, hood, predicted) -> str:
-    """A verdict's figures: the guest's progress, its neighbours' (None:
-    left out, guests started or left since the move), the prediction.
+def _judged(own, hood, check) -> str:
+    """A verdict's figures: the guest's progress beside its predicted
+    one, its neighbours' (None: left out, guests started or left since
+    the move), the move's predicted gain.
     """
     if hood is None:
         neighbours = 'its neighbours not judged (guests started or left)'
     else:
         neighbours = 'its neighbours %+.1f%%' % ((hood - 1) * 100)
-    return 'progress %+.1f%%, %s (predicted gain %.3f)' % (
-        (own - 1) * 100, neighbours, predicted)
+    return 'progress %+.1f%% (predicted %+.1f%%), %s (predicted gain ' \
+        '%.3f)' % ((own - 1) * 100,
+                   (check.effects.get(check.guest, 1.0) - 1) * 100,
+                   neighbours, check.predicted)
 
 
 def _local(cpu: dict, memory: dict) -> float:

@@ -265,7 +265,10 @@ def run_policy(scenario, name, transport_url=None, tick=None,
                                 tick)
     finally:
         sched.close()
-    return runner.result(name, recorder, hosts.values()), placed
+    res = runner.result(name, recorder, hosts.values())
+    if ours:
+        res.extra['predictions'] = runner.predictions(pols.values())
+    return res, placed
 
 
 def _run(scenario, sched, hosts, hvs, pols, ours, tick):

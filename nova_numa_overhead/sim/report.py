@@ -19,7 +19,9 @@ oracle.
 
 import json
 import sys
+import textwrap
 
+from nova_numa_overhead.compute import optimizer
 from nova_numa_overhead.sim import policies as policies_mod
 from nova_numa_overhead.sim import rules
 
@@ -140,9 +142,48 @@ def summary(scenario, results: dict) -> dict:
             data['fair_of_oracle'] = _r(min(fair / oracle.mean, 1.0))
             data['fraction_of_fair_oracle'] = _r(results[DEFAULT].mean /
                                                  fair)
-        if 'decisions' in results[DEFAULT].extra:
-            data['agent'] = dict(results[DEFAULT].extra)
+        extra = dict(results[DEFAULT].extra)
+        pairs = extra.pop('predictions', None)
+        if 'decisions' in extra:
+            data['agent'] = extra
+        if pairs is not None:
+            # What the optimizer's cost model predicted for the moves it
+            # judged, beside what was measured.
+            data['predictions'] = pairs
+            data['calibration'] = calibration(pairs)
     return data
+
+
+def calibration(pairs: dict) -> dict:
+    """kind -> optimizer.calibration_summary of its [[predicted,
+    measured], ...].
+    """
+    return {kind: optimizer.calibration_summary(values)
+            for kind, values in pairs.items()}
+
+
+def calibration_text(c: dict) -> str:
+    """One paragraph: how the optimizer's predictions came true."""
+    parts = []
+    for kind, label in (('guest', 'moved guests'),
+                        ('neighbours', 'their neighbours')):
+        s = c.get(kind) or {}
+        if not s.get('judged'):
+            continue
+        loss, gain = s['predicted_loss'], s['predicted_gain']
+        parts.append(
+            '%s %d: measured speed vs predicted median %+.1f%% (p10 '
+            '%+.1f%%, p90 %+.1f%%), more than %.0f%% below in %d, above '
+            'in %d; below in %d of %d predicted to lose, %d of %d '
+            'predicted to gain' % (
+                label, s['judged'], s['median'], s['p10'], s['p90'],
+                optimizer.CALIBRATION_MISS, s['below'], s['above'],
+                loss['below'], loss['judged'], gain['below'],
+                gain['judged']))
+    if not parts:
+        return 'cost model: no move judged'
+    return textwrap.fill('cost model at the verdicts: ' + '; '.join(parts),
+                         width=79, subsequent_indent='  ')
 
 
 def table(data: dict) -> str:
@@ -200,6 +241,8 @@ def table(data: dict) -> str:
                                        100 * data['fair_of_oracle'],
                                        100 * data['fraction_of_fair_oracle']))
         lines.append(tail)
+        if data.get('calibration'):
+            lines.append(calibration_text(data['calibration']))
     return '\n'.join(lines)
 
 

@@ -239,7 +239,21 @@ def run_policy(scenario, name: str, tick=None,
     if isinstance(policy, policies_mod.OverheadAware):
         res.extra['decisions'] = len(policy.agent.decisions)
         res.extra['optimizer'] = policy.agent.optimizer.status()
+        res.extra['predictions'] = predictions([policy])
     return res
+
+
+def predictions(policies) -> dict:
+    """The optimizer's predictions beside what was measured at its
+    verdicts (Optimizer.predictions), of every host's agent: kind ->
+    [[predicted, measured], ...].
+    """
+    out = {}
+    for policy in policies:
+        for kind, pairs in policy.agent.optimizer.predictions.items():
+            out.setdefault(kind, []).extend(
+                [round(p, 4), round(m, 4)] for p, m in pairs)
+    return out
 
 
 def check_policies(policies) -> None:

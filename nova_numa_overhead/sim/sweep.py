@@ -300,6 +300,13 @@ def distribution(sweep: dict) -> dict:
             'median': round(percentile(best, 50), 4),
             'wins': sum(1 for b in best if b >= -0.005),
         }
+    pairs = {}
+    for row in rows:
+        for kind, values in (row.get('predictions') or {}).items():
+            pairs.setdefault(kind, []).extend(values)
+    if pairs:
+        from nova_numa_overhead.sim import report
+        out['calibration'] = report.calibration(pairs)
     fair = [row['fair_of_oracle'] for row in rows
             if row.get('fair_of_oracle') is not None]
     if fair:
@@ -340,6 +347,9 @@ def table(sweep: dict) -> str:
                      '%+.1f%%; within 0.5%% or ahead in %d of %d' % (
                          100 * b['min'], 100 * b['p5'], 100 * b['median'],
                          b['wins'], dist['scenarios']))
+    c = dist.get('calibration')
+    if c:
+        lines.append(report.calibration_text(c))
     f = dist.get('fair_oracle')
     if f:
         from nova_numa_overhead.sim import rules

@@ -1026,11 +1026,70 @@ class TestClosedLoop(OptimizerTestCase):
             # not taken for the move's, which is judged on 'a' alone.
             self.assertEqual([('a', 'kept')], verdicts, change)
             self.assertEqual(1, opt.status()['host_changed'])
-            self.assertIn('progress +5.0%, its neighbours not judged '
-                          '(guests started or left)', text)
+            self.assertIn('progress +5.0% (predicted +0.0%), its '
+                          'neighbours not judged (guests started or left)',
+                          text)
             event, payload = self.notifier.events[-1]
             self.assertEqual('numa_overhead.optimize.kept', event)
             self.assertIsNone(payload['neighbours'])
+
+    def test_verdicts_keep_the_predictions_beside_the_measurements(self):
+        # 'a' predicted +20%, measured +5%; 'b' predicted -2%, measured
+        # -50% (undone either way: what was predicted is kept).
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        opt.checks['a'].effects = {'a': 1.2, 'b': 0.98}
+        settle = opt.checks['a'].settle
+        self.progress(agent, 'a', 1.05 * IPS, settle)
+        end = self.progress(agent, 'b', 0.5 * IPS, settle)
+        with mock.patch.object(optimizer.LOG, 'info', autospec=True) as info:
+            self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertIn('progress +5.0% (predicted +20.0%), its neighbours '
+                      '-50.0%', info.call_args[0][1]['text'])
+        self.assertEqual([(1.2, 1.05)], list(opt.predictions['guest']))
+        self.assertEqual([(0.98, 0.5)], list(opt.predictions['neighbours']))
+        calibration = opt.calibration()
+        self.assertEqual(1, calibration['guest']['judged'])
+        self.assertAlmostEqual(100 * (1.05 / 1.2 - 1),
+                               calibration['guest']['median'], places=2)
+        self.assertEqual(1, calibration['guest']['below'])
+        self.assertEqual({'judged': 1, 'below': 1},
+                         calibration['guest']['predicted_gain'])
+        self.assertEqual({'judged': 1, 'below': 1},
+                         calibration['neighbours']['predicted_loss'])
+
+    def test_neighbours_left_out_of_a_verdict_are_left_out_of_calibration(
+            self):
+        opt, verdicts, text = self.host_changed('start', 1.05, 0.5)
+        self.assertEqual([('a', 'kept')], verdicts)
+        self.assertEqual(1, len(opt.predictions['guest']))
+        self.assertEqual([], list(opt.predictions['neighbours']))
+        self.assertEqual({'judged': 0}, opt.calibration()['neighbours'])
+
+    def test_calibration_keeps_the_latest_verdicts(self):
+        opt = self.make_agent().optimizer
+        for i in range(optimizer.CALIBRATION + 10):
+            opt._calibrate(optimizer.Check(
+                'a', 0.0, 0.0, IPS, {}, ((0,), NODE0_CPUS), 0.5, (1,), 0.0,
+                effects={'a': 1.1}), 1.0 + i, {})
+        pairs = list(opt.predictions['guest'])
+        self.assertEqual(optimizer.CALIBRATION, len(pairs))
+        self.assertEqual((1.1, 11.0), pairs[0])
+
+    def test_calibration_summary(self):
+        summary = optimizer.calibration_summary(
+            [(1.0, 1.0), (1.1, 1.0), (0.9, 0.95), (1.0, 0.96), (2.0, 1.0)])
+        self.assertEqual(5, summary['judged'])
+        # Measured speed vs predicted: 0, -9.1%, +5.6%, -4%, -50%.
+        self.assertEqual(-4.0, summary['median'])
+        self.assertEqual(3, summary['below'])
+        self.assertEqual(1, summary['above'])
+        self.assertEqual({'judged': 2, 'below': 2},
+                         summary['predicted_gain'])
+        self.assertEqual({'judged': 1, 'below': 0},
+                         summary['predicted_loss'])
+        self.assertEqual({'judged': 0}, optimizer.calibration_summary([]))
 
     def test_after_a_host_change_the_guest_itself_decides(self):
         # 'a' 5% slower, 'b' 10% faster: kept on their sum when nothing
@@ -1039,7 +1098,8 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual([('a', 'kept')], verdicts)
         opt, verdicts, text = self.host_changed('start', 0.95, 1.1)
         self.assertEqual([('a', 'undone')], verdicts)
-        self.assertIn('progress -5.0%, its neighbours not judged', text)
+        self.assertIn('progress -5.0% (predicted +0.0%), its neighbours '
+                      'not judged', text)
         # Within undo_threshold: kept.
         opt, verdicts, text = self.host_changed('start', 0.98, 0.5)
         self.assertEqual([('a', 'kept')], verdicts)

@@ -524,6 +524,9 @@ class TestClusterScheduler(testtools.TestCase):
         self.assertEqual({'nova-default', 'overhead-aware'}, set(results))
         # Both hosts' agents; Nova's default has none.
         self.assertEqual([0.5, 0.5], seen['floor'])
+        self.assertEqual({'guest', 'neighbours'},
+                         set(results['overhead-aware'].extra['predictions']))
+        self.assertNotIn('predictions', results['nova-default'].extra)
         self.assertTrue(seen['multiplier'])
         self.assertEqual({0.25}, set(seen['multiplier']))
         import nova.conf
@@ -728,6 +731,12 @@ class TestCommand(testtools.TestCase):
         self.assertIn('memory_mb', data['guests']['vm1'])
         self.assertIsNotNone(data['fraction_of_oracle'])
         self.assertIn(data['oracle']['kind'], ('exhaustive', 'best-known'))
+        # What the optimizer predicted beside what was measured, for ours
+        # only (no move judged here).
+        self.assertEqual({'guest': [], 'neighbours': []},
+                         data['predictions'])
+        self.assertEqual({'judged': 0}, data['calibration']['guest'])
+        self.assertNotIn('predictions', data['agent'])
 
     def test_bad_scenario_is_one_line(self):
         path = self.useFixture(fixtures.TempDir()).path + '/bad.toml'
@@ -765,6 +774,26 @@ class TestCommand(testtools.TestCase):
         self.assertEqual('sweep-5-0', row['name'])
         self.assertIn('guests', row['scenario'])
         self.assertEqual('overhead-aware', row['default'])
+        # The cost model's predictions at the verdicts, over the sweep.
+        for kind in ('guest', 'neighbours'):
+            pairs = [p for r in data['scenarios']
+                     for p in r['predictions'][kind]]
+            self.assertTrue(pairs, kind)
+            for predicted, measured in pairs:
+                self.assertGreater(predicted, 0)
+                self.assertGreater(measured, 0)
+            self.assertEqual(len(pairs),
+                             data['summary']['calibration'][kind]['judged'])
+        rc, out, _ = self.run_cli('simulate', '--sweep', '2', '--seed', '5',
+                                  '--quiet', '--workers', '1', '--policies',
+                                  'nova-default,overhead-aware')
+        self.assertEqual(0, rc)
+        self.assertIn('cost model at the verdicts: moved guests %d:' % len(
+            [p for r in data['scenarios'] for p in r['predictions']['guest']]
+        ), out)
+        text = out[out.index('cost model'):]
+        self.assertLessEqual(max(len(line) for line in text.splitlines()),
+                             80)
 
     def test_set_an_option_of_ours(self):
         seen = []
