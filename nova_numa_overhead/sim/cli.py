@@ -65,6 +65,33 @@ def options(settings) -> dict:
     return policies_mod.check_options(out)
 
 
+def unread(settings, policies, clusters=True) -> list:
+    """The ``--set`` groups no selected policy reads (``policies``: None
+    for every one; ``clusters``: whether a cluster may run): the agent's
+    are read by ours and liu-li, the scheduler side's by ours in a
+    cluster only.
+    """
+    chosen = set(policies or runner.DEFAULT_POLICIES)
+    readers = {
+        policies_mod.AGENT_GROUP: bool(chosen & {
+            name for name, cls in policies_mod.POLICIES.items()
+            if issubclass(cls, policies_mod.OverheadAware)}),
+        policies_mod.SCHEDULER_GROUP: clusters and
+        policies_mod.DEFAULT in chosen,
+    }
+    return [group for group in settings or () if not readers[group]]
+
+
+def _warn_unread(settings, policies, clusters=True) -> None:
+    for group in unread(settings, policies, clusters):
+        print('nova-numa-overhead simulate: warning: no selected policy '
+              'reads the %s options set (%s)%s' % (
+                  group, ', '.join(sorted(settings[group])),
+                  '' if group == policies_mod.AGENT_GROUP else
+                  ': only overhead-aware in a cluster does'),
+              file=sys.stderr)
+
+
 def run(args, out=None) -> int:
     out = out or sys.stdout
     if args.list and getattr(args, 'options', None):
@@ -88,6 +115,9 @@ def run(args, out=None) -> int:
         policies = tuple(p.strip() for p in args.policies.split(',')) \
             if args.policies else None
         settings = options(getattr(args, 'options', None))
+        if policies:
+            runner.check_policies(policies)
+        _warn_unread(settings, policies, scenario.hosts > 1)
         progress = None if args.quiet else report.Progress(scenario.name)
         results = simulate(scenario, policies, progress, args.transport_url,
                            settings)
@@ -124,6 +154,7 @@ def run_sweep(args, out) -> int:
         if policies:
             runner.check_policies(policies)
         settings = options(getattr(args, 'options', None))
+        _warn_unread(settings, policies)
         if args.sweep is None:
             progress = None if args.quiet else report.Progress('built-ins')
             data = sweep.run_builtin(policies, workers=args.workers,

@@ -21,6 +21,7 @@ import testtools
 from nova_numa_overhead.cmd import main as cli_main
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.sim import backend
+from nova_numa_overhead.sim import cli as sim_cli
 from nova_numa_overhead.sim import cluster as sim_cluster
 from nova_numa_overhead.sim import host as host_mod
 from nova_numa_overhead.sim import model
@@ -819,6 +820,38 @@ class TestCommand(testtools.TestCase):
         # read it; liu-li's own overrides still win.
         self.assertEqual([(0.5, True), (0.5, True), (0.5, False)], seen)
         self.assertIn('overhead-aware', data['policies'])
+
+    def test_set_options_no_policy_reads_are_warned_of(self):
+        rc, out, err = self.run_cli(
+            'simulate', '--scenario', 'remote-2', '--quiet', '--policies',
+            'nova-default,numad', '--set',
+            'numa_overhead_agent.guest_floor=0.5', '--set',
+            'numa_overhead.weight_multiplier=1.0')
+        self.assertEqual(0, rc, err)
+        lines = err.strip().splitlines()
+        self.assertEqual(2, len(lines), err)
+        self.assertIn('numa_overhead_agent options set (guest_floor)',
+                      lines[0])
+        self.assertIn('numa_overhead options set (weight_multiplier): '
+                      'only overhead-aware in a cluster does', lines[1])
+        # Read: liu-li reads the agent's; a sweep may hold clusters.
+        rc, out, err = self.run_cli(
+            'simulate', '--scenario', 'remote-2', '--quiet', '--policies',
+            'nova-default,liu-li', '--set',
+            'numa_overhead_agent.guest_floor=0.5')
+        self.assertEqual(0, rc, err)
+        self.assertEqual('', err)
+        self.assertEqual([], sim_cli.unread(
+            {'numa_overhead': {'weight_multiplier': 1.0}},
+            ('nova-default', 'overhead-aware')))
+        self.assertEqual(['numa_overhead'], sim_cli.unread(
+            {'numa_overhead': {'weight_multiplier': 1.0}},
+            ('nova-default', 'liu-li')))
+        self.assertEqual(['numa_overhead'], sim_cli.unread(
+            {'numa_overhead': {'weight_multiplier': 1.0}}, None,
+            clusters=False))
+        self.assertEqual([], sim_cli.unread(
+            {'numa_overhead_agent': {'guest_floor': 0.5}}, None))
 
     def test_set_applies_to_every_scenario_of_a_sweep(self):
         jobs = []
