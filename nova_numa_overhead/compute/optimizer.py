@@ -147,6 +147,7 @@ SHIFT_MAX = 60.0         # seconds a guest whose workload keeps changing
 # this host), the most recent ones; each has its guest and, unless guests
 # started or left meanwhile, its measured neighbours.
 CALIBRATION = 256
+CALIBRATION_LOG = 50     # verdicts between two log lines of them
 UNSEEN_WAIT = 60.0       # seconds a guest the model cannot see yet keeps
 #                          other guests off its nodes (its counters may
 #                          never come: not for ever); longer where the
@@ -1323,6 +1324,15 @@ class Optimizer:
         for other, ratio in measured.items():
             self.predictions['neighbours'].append(
                 (check.effects.get(other, 1.0), ratio))
+        self.counts['calibrated'] += 1
+        if self.counts['calibrated'] % CALIBRATION_LOG == 0:
+            # How far the model fits this host, now and then: what an
+            # operator needs to judge its moves (and the trust).
+            LOG.info('Cost model at the last %(n)d verdicts (trust '
+                     '%(trust).2f): %(text)s',
+                     {'n': len(self.predictions['guest']),
+                      'trust': self.trust,
+                      'text': calibration_text(self.calibration())})
 
     def calibration(self) -> dict:
         """How the cost model's predictions of the recent verdicts came
@@ -1621,6 +1631,28 @@ def calibration_summary(pairs) -> dict:
         out[key] = {'judged': len(chosen), 'below': sum(
             1 for p, m in chosen if miss(p, m) < -CALIBRATION_MISS)}
     return out
+
+
+def calibration_text(c: dict) -> str:
+    """Optimizer.calibration()'s summaries in words ('' when no move was
+    judged).
+    """
+    parts = []
+    for kind, label in (('guest', 'moved guests'),
+                        ('neighbours', 'their neighbours')):
+        s = c.get(kind) or {}
+        if not s.get('judged'):
+            continue
+        loss, gain = s['predicted_loss'], s['predicted_gain']
+        parts.append(
+            '%s %d: measured speed vs predicted median %+.1f%% (p10 '
+            '%+.1f%%, p90 %+.1f%%), more than %.0f%% below in %d, above '
+            'in %d; below in %d of %d predicted to lose, %d of %d '
+            'predicted to gain' % (
+                label, s['judged'], s['median'], s['p10'], s['p90'],
+                CALIBRATION_MISS, s['below'], s['above'], loss['below'],
+                loss['judged'], gain['below'], gain['judged']))
+    return '; '.join(parts)
 
 
 def _changed(rpi, mean) -> tuple | None:

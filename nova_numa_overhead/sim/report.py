@@ -164,26 +164,11 @@ def calibration(pairs: dict) -> dict:
 
 def calibration_text(c: dict) -> str:
     """One paragraph: how the optimizer's predictions came true."""
-    parts = []
-    for kind, label in (('guest', 'moved guests'),
-                        ('neighbours', 'their neighbours')):
-        s = c.get(kind) or {}
-        if not s.get('judged'):
-            continue
-        loss, gain = s['predicted_loss'], s['predicted_gain']
-        parts.append(
-            '%s %d: measured speed vs predicted median %+.1f%% (p10 '
-            '%+.1f%%, p90 %+.1f%%), more than %.0f%% below in %d, above '
-            'in %d; below in %d of %d predicted to lose, %d of %d '
-            'predicted to gain' % (
-                label, s['judged'], s['median'], s['p10'], s['p90'],
-                optimizer.CALIBRATION_MISS, s['below'], s['above'],
-                loss['below'], loss['judged'], gain['below'],
-                gain['judged']))
-    if not parts:
+    text = optimizer.calibration_text(c)
+    if not text:
         return 'cost model: no move judged'
-    return textwrap.fill('cost model at the verdicts: ' + '; '.join(parts),
-                         width=79, subsequent_indent='  ')
+    return textwrap.fill('cost model at the verdicts: ' + text, width=79,
+                         subsequent_indent='  ')
 
 
 def table(data: dict) -> str:

@@ -1069,13 +1069,25 @@ class TestClosedLoop(OptimizerTestCase):
 
     def test_calibration_keeps_the_latest_verdicts(self):
         opt = self.make_agent().optimizer
-        for i in range(optimizer.CALIBRATION + 10):
-            opt._calibrate(optimizer.Check(
-                'a', 0.0, 0.0, IPS, {}, ((0,), NODE0_CPUS), 0.5, (1,), 0.0,
-                effects={'a': 1.1}), 1.0 + i, {})
+        with mock.patch.object(optimizer.LOG, 'info', autospec=True) as info:
+            for i in range(optimizer.CALIBRATION + 10):
+                opt._calibrate(optimizer.Check(
+                    'a', 0.0, 0.0, IPS, {}, ((0,), NODE0_CPUS), 0.5, (1,),
+                    0.0, effects={'a': 1.1}), 1.0 + i, {})
         pairs = list(opt.predictions['guest'])
         self.assertEqual(optimizer.CALIBRATION, len(pairs))
         self.assertEqual((1.1, 11.0), pairs[0])
+        # A log line every CALIBRATION_LOG verdicts.
+        self.assertEqual(
+            (optimizer.CALIBRATION + 10) // optimizer.CALIBRATION_LOG,
+            info.call_count)
+        args = info.call_args_list[0][0]
+        self.assertIn('Cost model at the last', args[0])
+        self.assertEqual(optimizer.CALIBRATION_LOG, args[1]['n'])
+        self.assertIn('moved guests 50: measured speed vs predicted',
+                      args[1]['text'])
+        self.assertEqual('', optimizer.calibration_text(
+            optimizer.Optimizer(self.make_agent()).calibration()))
 
     def test_calibration_summary(self):
         summary = optimizer.calibration_summary(
