@@ -148,6 +148,8 @@ SHIFT_MAX = 60.0         # seconds a guest whose workload keeps changing
 # started or left meanwhile, its measured neighbours.
 CALIBRATION = 256
 CALIBRATION_LOG = 50     # verdicts between two log lines of them
+CALIBRATION_MISS = 3.0   # % off the predicted speed that is a miss
+CALIBRATION_BAND = 0.005  # a speed predicted within this of 1: no change
 UNSEEN_WAIT = 60.0       # seconds a guest the model cannot see yet keeps
 #                          other guests off its nodes (its counters may
 #                          never come: not for ever); longer where the
@@ -339,6 +341,9 @@ class Optimizer:
         self.predictions = {
             'guest': collections.deque(maxlen=CALIBRATION),
             'neighbours': collections.deque(maxlen=CALIBRATION * 4)}
+        # name -> (when, whose) of the latest moves and undos predicted
+        # to change its speed.
+        self.touched: dict = {}
         self._views: dict = {}
         self._left = PREDICTIONS
         self._start = 0
@@ -1086,6 +1091,7 @@ class Optimizer:
         self._count(action.guest, 'moved')
         for name, effect in action.effects.items():
             self.standing[name] = self.standing.get(name, 1.0) * effect
+        self._touch(action.guest, action.effects, now)
         agent.record(action.guest, 'optimized',
                      'ok: %s to nodes %s: %s'
                      % (what, _text(action.nodes), reason))
@@ -1190,7 +1196,6 @@ class Optimizer:
             else:
                 changes, before_n, after_n, measured = \
                     self._neighbourhood(check)
-            self._calibrate(check, own, measured)
             changes.insert(0, own - 1.0)
             hood = after_n / before_n if before_n > 0 else None if came \
                 else 1.0
@@ -1229,6 +1234,7 @@ class Optimizer:
                     self.checks[name] = check
                     raise
                 out.append((name, 'undone' if undone else 'undo failed'))
+            self._calibrate(check, own, measured, now, came)
         return out
 
     def _undo_nodes(self, check, domain, view=None) -> tuple:
@@ -1313,19 +1319,48 @@ class Optimizer:
             changes.append(mean.ips / ips - 1.0)
         return changes, before, after, measured
 
-    def _calibrate(self, check, own, measured) -> None:
+    def _touch(self, mover, effects, now) -> None:
+        """Remember that a move (or undo) of ``mover`` at ``now`` was
+        predicted to change the speed of the guests of ``effects``: the
+        verdicts of other moves leave them out of calibration() while it
+        lies inside their window.
+        """
+        for name, effect in effects.items():
+            if abs(effect - 1.0) > CALIBRATION_BAND:
+                self.touched.setdefault(name, collections.deque(
+                    maxlen=MAX_ACTIONS * 4)).append((now, mover))
+
+    def _overlapped(self, name, check, now) -> bool:
+        """Whether another guest's move or undo was predicted to change
+        ``name`` between the window before ``check``'s move and its
+        verdict: its measured change is partly that move's.
+        """
+        since = check.at - self.opts.loop_window * \
+            self.opts.sample_interval
+        return any(since <= at <= now and mover != check.guest
+                   for at, mover in self.touched.get(name, ()))
+
+    def _calibrate(self, check, own, measured, now, came=False) -> None:
         """Keep what ``check``'s move was predicted to do to the speed of
         its guest (measured: ``own``) and of its neighbours (``measured``:
         name -> speed after / before, those the verdict weighed) beside
-        what was measured.
+        what was measured; not for a guest another move or undo was
+        predicted to change meanwhile (the comparison would be another's
+        too), nor at all across a guest starting or leaving (``came``).
         """
-        self.predictions['guest'].append(
-            (check.effects.get(check.guest, 1.0), own))
+        if came:
+            return
+        kept = 0
+        if not self._overlapped(check.guest, check, now):
+            self.predictions['guest'].append(
+                (check.effects.get(check.guest, 1.0), own))
+            kept = 1
         for other, ratio in measured.items():
-            self.predictions['neighbours'].append(
-                (check.effects.get(other, 1.0), ratio))
-        self.counts['calibrated'] += 1
-        if self.counts['calibrated'] % CALIBRATION_LOG == 0:
+            if not self._overlapped(other, check, now):
+                self.predictions['neighbours'].append(
+                    (check.effects.get(other, 1.0), ratio))
+        self.counts['calibrated'] += kept
+        if kept and self.counts['calibrated'] % CALIBRATION_LOG == 0:
             # How far the model fits this host, now and then: what an
             # operator needs to judge its moves (and the trust).
             LOG.info('Cost model at the last %(n)d verdicts (trust '
@@ -1455,6 +1490,7 @@ class Optimizer:
             # The move is taken back: so is what it was predicted to do.
             if name in self.standing and effect > 0:
                 self.standing[name] /= effect
+        self._touch(check.guest, check.effects, now)
         if check.guest in self.returning:
             text += '; its pages go back to nodes %s' % _text(sorted(
                 self.returning[check.guest].shares))
@@ -1596,20 +1632,21 @@ class Optimizer:
                 'learned_miss_cost': len(self.per_miss)}
 
 
-CALIBRATION_MISS = 3.0  # % off the predicted speed that is a miss
-
-
 def calibration_summary(pairs) -> dict:
-    """``pairs`` of (predicted, measured) speed after / before: their
-    count (``judged``), the measured speed in % above or below the
-    predicted one (``median``, ``p10``, ``p90``), and how many were
-    measured more than CALIBRATION_MISS % below (``below``) or above
-    (``above``) it; of those predicted to lose more than 0.5%
-    (``predicted_loss``) and to gain more (``predicted_gain``), how many
-    were measured more than CALIBRATION_MISS % below the prediction.
+    """``pairs`` of (predicted, measured) speed after / before (those
+    with a predicted speed of 0 or less left out): their count
+    (``judged``), the measured speed in % above or below the predicted
+    one (``median``, ``p10``, ``p90``), and how many were measured more
+    than CALIBRATION_MISS % below (``below``) or above (``above``) it; of
+    those predicted to lose more than CALIBRATION_BAND
+    (``predicted_loss``) and to gain more than it (``predicted_gain``),
+    how many were measured more than CALIBRATION_MISS % below the
+    prediction.
     """
+    pairs = [(p, m) for p, m in pairs if p > 0]
+
     def miss(p, m):
-        return 100.0 * (m / p - 1.0) if p > 0 else 0.0
+        return 100.0 * (m / p - 1.0)
 
     errors = sorted(miss(p, m) for p, m in pairs)
     out = {'judged': len(errors)}
@@ -1626,16 +1663,18 @@ def calibration_summary(pairs) -> dict:
         'below': sum(1 for e in errors if e < -CALIBRATION_MISS),
         'above': sum(1 for e in errors if e > CALIBRATION_MISS)})
     for key, chosen in (
-            ('predicted_loss', [(p, m) for p, m in pairs if p < 0.995]),
-            ('predicted_gain', [(p, m) for p, m in pairs if p > 1.005])):
+            ('predicted_loss',
+             [(p, m) for p, m in pairs if p < 1.0 - CALIBRATION_BAND]),
+            ('predicted_gain',
+             [(p, m) for p, m in pairs if p > 1.0 + CALIBRATION_BAND])):
         out[key] = {'judged': len(chosen), 'below': sum(
             1 for p, m in chosen if miss(p, m) < -CALIBRATION_MISS)}
     return out
 
 
 def calibration_text(c: dict) -> str:
-    """Optimizer.calibration()'s summaries in words ('' when no move was
-    judged).
+    """Optimizer.calibration()'s summaries in words ('' when there is no
+    verdict to compare predictions with).
     """
     parts = []
     for kind, label in (('guest', 'moved guests'),
@@ -1645,13 +1684,15 @@ def calibration_text(c: dict) -> str:
             continue
         loss, gain = s['predicted_loss'], s['predicted_gain']
         parts.append(
-            '%s %d: measured speed vs predicted median %+.1f%% (p10 '
-            '%+.1f%%, p90 %+.1f%%), more than %.0f%% below in %d, above '
-            'in %d; below in %d of %d predicted to lose, %d of %d '
-            'predicted to gain' % (
+            '%s %d, measured speed relative to predicted: median %+.1f%% '
+            '(p10 %+.1f%%, p90 %+.1f%%), more than %.0f%% below the '
+            'prediction in %d, above in %d; of %d predicted to lose more '
+            'than %.1f%%, %d more than %.0f%% below; of %d predicted to '
+            'gain more, %d' % (
                 label, s['judged'], s['median'], s['p10'], s['p90'],
-                CALIBRATION_MISS, s['below'], s['above'], loss['below'],
-                loss['judged'], gain['below'], gain['judged']))
+                CALIBRATION_MISS, s['below'], s['above'], loss['judged'],
+                100 * CALIBRATION_BAND, loss['below'], CALIBRATION_MISS,
+                gain['judged'], gain['below']))
     return '; '.join(parts)
 
 
@@ -1682,10 +1723,10 @@ def _judged(own, hood, check) -> str:
         neighbours = 'its neighbours not judged (guests started or left)'
     else:
         neighbours = 'its neighbours %+.1f%%' % ((hood - 1) * 100)
-    return 'progress %+.1f%% (predicted %+.1f%%), %s (predicted gain ' \
-        '%.3f)' % ((own - 1) * 100,
-                   (check.effects.get(check.guest, 1.0) - 1) * 100,
-                   neighbours, check.predicted)
+    predicted = (check.effects.get(check.guest, 1.0) - 1) * 100
+    return ('progress %+.1f%% (predicted %+.1f%%), %s (move\'s predicted '
+            'gain %.3f, trust-scaled)' % ((own - 1) * 100, predicted,
+                                          neighbours, check.predicted))
 
 
 def _local(cpu: dict, memory: dict) -> float:

@@ -46,6 +46,7 @@ Baselines are frozen: they are changed only to follow their papers more
 closely, never to make ours look better.
 """
 
+import collections
 import math
 
 from oslo_config import cfg
@@ -372,6 +373,11 @@ class OverheadAware(Policy):
                                      hv.host.spec.name,
                                      clock=lambda: self.clock[0],
                                      sleep=lambda s: None)
+        # Every prediction of the run, not the agent's latest only: the
+        # simulator's calibration figures are of whole runs.
+        self.agent.optimizer.predictions = {
+            kind: collections.deque()
+            for kind in self.agent.optimizer.predictions}
         hv.register_lifecycle(self._on_lifecycle)
 
     def _on_lifecycle(self, event, name):

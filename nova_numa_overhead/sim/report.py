@@ -166,7 +166,7 @@ def calibration_text(c: dict) -> str:
     """One paragraph: how the optimizer's predictions came true."""
     text = optimizer.calibration_text(c)
     if not text:
-        return 'cost model: no move judged'
+        return 'cost model: no verdict to compare predictions with'
     return textwrap.fill('cost model at the verdicts: ' + text, width=79,
                          subsequent_indent='  ')
 

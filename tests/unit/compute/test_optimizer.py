@@ -11,6 +11,7 @@
 # under the License.
 
 import array
+import collections
 import dataclasses
 import math
 from unittest import mock
@@ -1039,6 +1040,8 @@ class TestClosedLoop(OptimizerTestCase):
         self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
         agent, now = self.moved(neighbour=True)
         opt = agent.optimizer
+        # What the model said, not scaled by the trust.
+        opt.trust = opt.checks['a'].trust = 0.5
         opt.checks['a'].effects = {'a': 1.2, 'b': 0.98}
         settle = opt.checks['a'].settle
         self.progress(agent, 'a', 1.05 * IPS, settle)
@@ -1046,7 +1049,8 @@ class TestClosedLoop(OptimizerTestCase):
         with mock.patch.object(optimizer.LOG, 'info', autospec=True) as info:
             self.assertEqual([('a', 'undone')], opt.verdicts(end))
         self.assertIn('progress +5.0% (predicted +20.0%), its neighbours '
-                      '-50.0%', info.call_args[0][1]['text'])
+                      '-50.0% (move\'s predicted gain 0.500, trust-scaled)',
+                      info.call_args[0][1]['text'])
         self.assertEqual([(1.2, 1.05)], list(opt.predictions['guest']))
         self.assertEqual([(0.98, 0.5)], list(opt.predictions['neighbours']))
         calibration = opt.calibration()
@@ -1059,13 +1063,43 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual({'judged': 1, 'below': 1},
                          calibration['neighbours']['predicted_loss'])
 
-    def test_neighbours_left_out_of_a_verdict_are_left_out_of_calibration(
+    def test_a_verdict_across_a_host_change_is_left_out_of_calibration(
             self):
         opt, verdicts, text = self.host_changed('start', 1.05, 0.5)
         self.assertEqual([('a', 'kept')], verdicts)
-        self.assertEqual(1, len(opt.predictions['guest']))
-        self.assertEqual([], list(opt.predictions['neighbours']))
+        self.assertEqual({'guest': [], 'neighbours': []},
+                         {k: list(v) for k, v in opt.predictions.items()})
         self.assertEqual({'judged': 0}, opt.calibration()['neighbours'])
+
+    def test_a_guest_another_move_changed_is_left_out_of_calibration(self):
+        # 'b' was also predicted to change by a move of 'c' inside the
+        # window: its measured change is partly that move's.
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        opt.checks['a'].effects = {'a': 1.2, 'b': 0.98}
+        opt._touch('c', {'b': 1.1, 'c': 1.3, 'a': 1.001}, now)
+        settle = opt.checks['a'].settle
+        self.progress(agent, 'a', 1.05 * IPS, settle)
+        end = self.progress(agent, 'b', 1.1 * IPS, settle)
+        self.assertEqual([('a', 'kept')], opt.verdicts(end))
+        self.assertEqual([(1.2, 1.05)], list(opt.predictions['guest']))
+        self.assertEqual([], list(opt.predictions['neighbours']))
+        # A move long before the window does not count.
+        opt.touched = {'b': collections.deque([(now - 100, 'c')])}
+        check = optimizer.Check('a', now, now, IPS, {}, ((0,), NODE0_CPUS),
+                                0.5, (1,), 0.0, effects={'b': 0.98})
+        opt._calibrate(check, 1.0, {'b': 0.9}, now + 10)
+        self.assertEqual([(0.98, 0.9)], list(opt.predictions['neighbours']))
+
+    def test_an_unjudged_move_is_left_out_of_calibration(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        settle = opt.checks['a'].settle
+        # Another phase: 2 LLC references per 1,000 instructions, from 40.
+        end = self.progress(agent, 'a', 1.2 * IPS, settle, rpi=0.002)
+        self.assertEqual([('a', 'unjudged')], opt.verdicts(end))
+        self.assertEqual([], list(opt.predictions['guest']))
 
     def test_calibration_keeps_the_latest_verdicts(self):
         opt = self.make_agent().optimizer
@@ -1073,7 +1107,7 @@ class TestClosedLoop(OptimizerTestCase):
             for i in range(optimizer.CALIBRATION + 10):
                 opt._calibrate(optimizer.Check(
                     'a', 0.0, 0.0, IPS, {}, ((0,), NODE0_CPUS), 0.5, (1,),
-                    0.0, effects={'a': 1.1}), 1.0 + i, {})
+                    0.0, effects={'a': 1.1}), 1.0 + i, {}, 0.0)
         pairs = list(opt.predictions['guest'])
         self.assertEqual(optimizer.CALIBRATION, len(pairs))
         self.assertEqual((1.1, 11.0), pairs[0])
@@ -1084,17 +1118,21 @@ class TestClosedLoop(OptimizerTestCase):
         args = info.call_args_list[0][0]
         self.assertIn('Cost model at the last', args[0])
         self.assertEqual(optimizer.CALIBRATION_LOG, args[1]['n'])
-        self.assertIn('moved guests 50: measured speed vs predicted',
-                      args[1]['text'])
+        self.assertIn('moved guests 50, measured speed relative to '
+                      'predicted: median', args[1]['text'])
         self.assertEqual('', optimizer.calibration_text(
             optimizer.Optimizer(self.make_agent()).calibration()))
 
     def test_calibration_summary(self):
         summary = optimizer.calibration_summary(
-            [(1.0, 1.0), (1.1, 1.0), (0.9, 0.95), (1.0, 0.96), (2.0, 1.0)])
+            [(1.0, 1.0), (1.1, 1.0), (0.9, 0.95), (1.0, 0.96), (2.0, 1.0),
+             (0.0, 1.0)])
+        # No predicted speed: left out.
         self.assertEqual(5, summary['judged'])
         # Measured speed vs predicted: 0, -9.1%, +5.6%, -4%, -50%.
         self.assertEqual(-4.0, summary['median'])
+        self.assertEqual(-33.64, summary['p10'])
+        self.assertEqual(3.33, summary['p90'])
         self.assertEqual(3, summary['below'])
         self.assertEqual(1, summary['above'])
         self.assertEqual({'judged': 2, 'below': 2},
@@ -1772,6 +1810,11 @@ class TestContained(OptimizerTestCase):
             hv_mod.HypervisorUnavailable('gone')
         self.assertRaises(hv_mod.HypervisorUnavailable, opt.verdicts, end)
         self.assertIn('a', opt.checks)
+        # Judged again once libvirt is back: its predictions kept once.
+        self.assertEqual([], list(opt.predictions['guest']))
+        del self.hv.raise_on[('pin_vcpus', 'a')]
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual(1, len(opt.predictions['guest']))
 
     def moved(self):
         self.remote('a')

@@ -141,6 +141,15 @@ class TestSplice(testtools.TestCase):
         # The full run's row is left as it was.
         self.assertEqual(1.1, full['policies']['overhead-aware'][
             'mean_throughput'])
+        # The variant's predictions, not the full run's.
+        full['predictions'] = {'guest': [[1.1, 1.0]]}
+        full['calibration'] = {'guest': {'judged': 1}}
+        row = rules.splice(full, variant)
+        self.assertNotIn('predictions', row)
+        self.assertNotIn('calibration', row)
+        variant['predictions'] = {'guest': []}
+        self.assertEqual({'guest': []},
+                         rules.splice(full, variant)['predictions'])
 
     def test_not_others_are_the_oracle_and_liu_li(self):
         from nova_numa_overhead.sim import policies

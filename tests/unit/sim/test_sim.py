@@ -13,6 +13,7 @@
 import dataclasses
 import json
 import os
+import types
 
 import fixtures
 from nova.scheduler import filters
@@ -528,10 +529,27 @@ class TestClusterScheduler(testtools.TestCase):
         self.assertEqual({'guest', 'neighbours'},
                          set(results['overhead-aware'].extra['predictions']))
         self.assertNotIn('predictions', results['nova-default'].extra)
+        # Every host's agent's predictions, together.
+        merged = runner.predictions([
+            types.SimpleNamespace(agent=types.SimpleNamespace(
+                optimizer=types.SimpleNamespace(predictions={
+                    'guest': [(1.1, 1.0)], 'neighbours': [(0.9, 1.0)]})))
+            for _ in range(2)])
+        self.assertEqual({'guest': [[1.1, 1.0]] * 2,
+                          'neighbours': [[0.9, 1.0]] * 2}, merged)
         self.assertTrue(seen['multiplier'])
         self.assertEqual({0.25}, set(seen['multiplier']))
         import nova.conf
         self.assertEqual(0.0, nova.conf.CONF.numa_overhead.weight_multiplier)
+
+    def test_a_clusters_predictions_are_every_agents(self):
+        calls = []
+        real = runner.predictions
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.sim.runner.predictions',
+            lambda pols: calls.append(list(pols)) or real(pols)))
+        sim_cluster.run(self.small_cluster(), ('overhead-aware',))
+        self.assertEqual([2], [len(c) for c in calls])
 
     def test_options_do_not_outlive_a_failed_cluster_run(self):
         import nova.conf
@@ -789,7 +807,7 @@ class TestCommand(testtools.TestCase):
                                   '--quiet', '--workers', '1', '--policies',
                                   'nova-default,overhead-aware')
         self.assertEqual(0, rc)
-        self.assertIn('cost model at the verdicts: moved guests %d:' % len(
+        self.assertIn('cost model at the verdicts: moved guests %d,' % len(
             [p for r in data['scenarios'] for p in r['predictions']['guest']]
         ), out)
         text = out[out.index('cost model'):]
