@@ -363,7 +363,7 @@ class Optimizer:
         # Kept while the guest is here, measured or not (a backoff read
         # from its record outlives a first sample that failed).
         for table in (self.per_guest, self.standing, self.backoff,
-                      self.returning):
+                      self.returning, self.touched):
             for name in [n for n in table if n not in self.agent.domains]:
                 del table[name]
         for name, state in guests.items():
@@ -1325,10 +1325,15 @@ class Optimizer:
         verdicts of other moves leave them out of calibration() while it
         lies inside their window.
         """
+        # What no verdict still to come can look back to is dropped.
+        oldest = min([c.at for c in self.checks.values()] + [now]) - \
+            self.opts.loop_window * self.opts.sample_interval
         for name, effect in effects.items():
             if abs(effect - 1.0) > CALIBRATION_BAND:
-                self.touched.setdefault(name, collections.deque(
-                    maxlen=MAX_ACTIONS * 4)).append((now, mover))
+                times = self.touched.setdefault(name, collections.deque())
+                times.append((now, mover))
+                while times[0][0] < oldest:
+                    times.popleft()
 
     def _overlapped(self, name, check, now) -> bool:
         """Whether another guest's move or undo was predicted to change

@@ -1085,6 +1085,15 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual([('a', 'kept')], opt.verdicts(end))
         self.assertEqual([(1.2, 1.05)], list(opt.predictions['guest']))
         self.assertEqual([], list(opt.predictions['neighbours']))
+        # What no verdict to come looks back to is dropped.
+        opt.checks.clear()
+        opt._touch('d', {'b': 1.2}, now + 1000)
+        self.assertEqual([(now + 1000, 'd')], list(opt.touched['b']))
+        # Forgotten when it leaves.
+        del self.hv.guests['b']
+        self.clock.now += 1
+        agent.cycle()
+        self.assertNotIn('b', opt.touched)
         # A move long before the window does not count.
         opt.touched = {'b': collections.deque([(now - 100, 'c')])}
         check = optimizer.Check('a', now, now, IPS, {}, ((0,), NODE0_CPUS),
