@@ -341,9 +341,9 @@ class Optimizer:
         self.predictions = {
             'guest': collections.deque(maxlen=CALIBRATION),
             'neighbours': collections.deque(maxlen=CALIBRATION * 4)}
-        # name -> (when, whose) of the latest moves and undos predicted
-        # to change its speed.
-        self.touched: dict = {}
+        # name -> (when, whose) of the moves and undos predicted to change
+        # its speed that a verdict to come may look back to.
+        self.changed_by: dict = {}
         self._views: dict = {}
         self._left = PREDICTIONS
         self._start = 0
@@ -363,9 +363,10 @@ class Optimizer:
         # Kept while the guest is here, measured or not (a backoff read
         # from its record outlives a first sample that failed).
         for table in (self.per_guest, self.standing, self.backoff,
-                      self.returning, self.touched):
+                      self.returning, self.changed_by):
             for name in [n for n in table if n not in self.agent.domains]:
                 del table[name]
+        self._forget_changes(now)
         for name, state in guests.items():
             self.seen.setdefault(name, now)
             if state.delta is None or state.seconds <= 0 or \
@@ -1191,7 +1192,6 @@ class Optimizer:
             # change is theirs more than the move's.
             came = check.host_changed
             if came:
-                self.counts['host_changed'] += 1
                 changes, before_n, after_n, measured = [], 0.0, 0.0, {}
             else:
                 changes, before_n, after_n, measured = \
@@ -1208,17 +1208,6 @@ class Optimizer:
             total = (after.ips + after_n) / (check.before + before_n) \
                 if check.before + before_n > 0 else 1.0
             threshold = self.opts.undo_threshold
-            if not came:
-                self._learn(net, check.predicted, check.trust)
-            elif check.effects.get(name, 1.0) > 1.0:
-                # Its own change against its own predicted one.
-                self._learn(net, check.trust * (
-                    check.effects[name] - 1.0), check.trust)
-            if not came and net * self.opts.payback_horizon < \
-                    check.moved_mb * MOVE_COST:
-                # What it gained did not pay for its pages: counted (not
-                # known when the neighbours were left out).
-                self.counts['unpaid'] += 1
             if net >= -threshold and total >= 1.0 - threshold and \
                     own >= 1.0 - WORST_FACTOR * threshold:
                 self._keep(check, own, hood, now)
@@ -1234,8 +1223,28 @@ class Optimizer:
                     self.checks[name] = check
                     raise
                 out.append((name, 'undone' if undone else 'undo failed'))
+            # Learned and counted once the verdict is final (an undo that
+            # lost libvirt is judged again).
+            self._learned(check, net, came)
             self._calibrate(check, own, measured, now, came)
         return out
+
+    def _learned(self, check, net, came) -> None:
+        """What a verdict teaches the trust, and its counts."""
+        name = check.guest
+        if came:
+            self.counts['host_changed'] += 1
+        if not came:
+            self._learn(net, check.predicted, check.trust)
+        elif check.effects.get(name, 1.0) > 1.0:
+            # Its own change against its own predicted one.
+            self._learn(net, check.trust * (
+                check.effects[name] - 1.0), check.trust)
+        if not came and net * self.opts.payback_horizon < \
+                check.moved_mb * MOVE_COST:
+            # What it gained did not pay for its pages: counted (not
+            # known when the neighbours were left out).
+            self.counts['unpaid'] += 1
 
     def _undo_nodes(self, check, domain, view=None) -> tuple:
         """The nodes an undo of ``check`` confines the guest's memory to
@@ -1325,15 +1334,22 @@ class Optimizer:
         verdicts of other moves leave them out of calibration() while it
         lies inside their window.
         """
-        # What no verdict still to come can look back to is dropped.
-        oldest = min([c.at for c in self.checks.values()] + [now]) - \
-            self.opts.loop_window * self.opts.sample_interval
         for name, effect in effects.items():
             if abs(effect - 1.0) > CALIBRATION_BAND:
-                times = self.touched.setdefault(name, collections.deque())
-                times.append((now, mover))
-                while times[0][0] < oldest:
-                    times.popleft()
+                self.changed_by.setdefault(name, collections.deque()).append(
+                    (now, mover))
+
+    def _forget_changes(self, now) -> None:
+        """Drop the moves no verdict still to come can look back to
+        (once a cycle, while every pending check is there).
+        """
+        oldest = min([c.at for c in self.checks.values()] + [now]) - \
+            self.opts.loop_window * self.opts.sample_interval
+        for name, times in list(self.changed_by.items()):
+            while times and times[0][0] < oldest:
+                times.popleft()
+            if not times:
+                del self.changed_by[name]
 
     def _overlapped(self, name, check, now) -> bool:
         """Whether another guest's move or undo was predicted to change
@@ -1342,8 +1358,8 @@ class Optimizer:
         """
         since = check.at - self.opts.loop_window * \
             self.opts.sample_interval
-        return any(since <= at <= now and mover != check.guest
-                   for at, mover in self.touched.get(name, ()))
+        return any(since <= at < now and mover != check.guest
+                   for at, mover in self.changed_by.get(name, ()))
 
     def _calibrate(self, check, own, measured, now, came=False) -> None:
         """Keep what ``check``'s move was predicted to do to the speed of

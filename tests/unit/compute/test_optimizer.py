@@ -1085,21 +1085,37 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual([('a', 'kept')], opt.verdicts(end))
         self.assertEqual([(1.2, 1.05)], list(opt.predictions['guest']))
         self.assertEqual([], list(opt.predictions['neighbours']))
-        # What no verdict to come looks back to is dropped.
+        # What no verdict to come looks back to is dropped (a cycle).
         opt.checks.clear()
         opt._touch('d', {'b': 1.2}, now + 1000)
-        self.assertEqual([(now + 1000, 'd')], list(opt.touched['b']))
+        opt._forget_changes(now + 1000)
+        self.assertEqual([(now + 1000, 'd')], list(opt.changed_by['b']))
         # Forgotten when it leaves.
         del self.hv.guests['b']
         self.clock.now += 1
         agent.cycle()
-        self.assertNotIn('b', opt.touched)
+        self.assertNotIn('b', opt.changed_by)
         # A move long before the window does not count.
-        opt.touched = {'b': collections.deque([(now - 100, 'c')])}
+        opt.changed_by = {'b': collections.deque([(now - 100, 'c')])}
         check = optimizer.Check('a', now, now, IPS, {}, ((0,), NODE0_CPUS),
                                 0.5, (1,), 0.0, effects={'b': 0.98})
         opt._calibrate(check, 1.0, {'b': 0.9}, now + 10)
         self.assertEqual([(0.98, 0.9)], list(opt.predictions['neighbours']))
+
+    def test_an_undone_move_keeps_its_overlaps_out_of_calibration(self):
+        # As above, but 'b' at half speed: undone. The undo does not
+        # forget the other move before the verdict is recorded.
+        self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        opt.checks['a'].effects = {'a': 1.2, 'b': 0.98}
+        opt._touch('c', {'b': 1.1, 'a': 1.1}, now)
+        settle = opt.checks['a'].settle
+        self.progress(agent, 'a', 1.05 * IPS, settle)
+        end = self.progress(agent, 'b', 0.5 * IPS, settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual({'guest': [], 'neighbours': []},
+                         {k: list(v) for k, v in opt.predictions.items()})
 
     def test_an_unjudged_move_is_left_out_of_calibration(self):
         agent, now = self.moved()
@@ -1819,11 +1835,17 @@ class TestContained(OptimizerTestCase):
             hv_mod.HypervisorUnavailable('gone')
         self.assertRaises(hv_mod.HypervisorUnavailable, opt.verdicts, end)
         self.assertIn('a', opt.checks)
-        # Judged again once libvirt is back: its predictions kept once.
+        # Judged again once libvirt is back: its predictions kept, the
+        # trust learned, once.
         self.assertEqual([], list(opt.predictions['guest']))
+        self.assertEqual(1.0, opt.trust)
         del self.hv.raise_on[('pin_vcpus', 'a')]
         self.assertEqual([('a', 'undone')], opt.verdicts(end))
         self.assertEqual(1, len(opt.predictions['guest']))
+        trust = opt.trust
+        self.assertLess(trust, 1.0)
+        self.assertEqual([], opt.verdicts(end))
+        self.assertEqual(trust, opt.trust)
 
     def moved(self):
         self.remote('a')
