@@ -84,6 +84,7 @@ from nova_numa_overhead.compute import collector as collector_mod
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.compute import placer as placer_mod
 from nova_numa_overhead.overhead import cost
+from nova_numa_overhead.overhead import samples as samples_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -1669,18 +1670,14 @@ def calibration_summary(pairs) -> dict:
     def miss(p, m):
         return 100.0 * (m / p - 1.0)
 
-    errors = sorted(miss(p, m) for p, m in pairs)
+    errors = [miss(p, m) for p, m in pairs]
     out = {'judged': len(errors)}
     if not errors:
         return out
-
-    def pct(q):
-        k = (len(errors) - 1) * q
-        lo, hi = math.floor(k), math.ceil(k)
-        return round(errors[lo] + (errors[hi] - errors[lo]) * (k - lo), 2)
-
     out.update({
-        'median': pct(0.5), 'p10': pct(0.1), 'p90': pct(0.9),
+        'median': round(samples_mod.percentile(errors, 50), 2),
+        'p10': round(samples_mod.percentile(errors, 10), 2),
+        'p90': round(samples_mod.percentile(errors, 90), 2),
         'below': sum(1 for e in errors if e < -CALIBRATION_MISS),
         'above': sum(1 for e in errors if e > CALIBRATION_MISS)})
     for key, chosen in (

@@ -19,6 +19,7 @@ agent runs.
 
 import array
 import dataclasses
+import math
 
 DEFAULT_WINDOW = 16
 _FIELDS = 3  # llc hit rate, cycle loss, ipc
@@ -109,3 +110,15 @@ class SlidingWindow:
             ipc += rate
         n = float(self._count)
         return Metrics(hit_rate / n, cycle_loss / n, ipc / n)
+
+
+def percentile(values, p) -> float:
+    """The ``p``-th percentile of ``values`` (linear between the two
+    nearest; NaN for none).
+    """
+    values = sorted(values)
+    if not values:
+        return float('nan')
+    k = (len(values) - 1) * p / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)

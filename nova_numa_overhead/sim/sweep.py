@@ -39,9 +39,9 @@ k), from these distributions (doc/source/user/simulator.rst):
 """
 
 import dataclasses
-import math
 import random
 
+from nova_numa_overhead.overhead import samples
 from nova_numa_overhead.sim import backend
 from nova_numa_overhead.sim import model
 from nova_numa_overhead.sim import presets
@@ -251,15 +251,6 @@ def lines(sweep: dict) -> str:
     return '\n'.join(out)
 
 
-def percentile(values, p) -> float:
-    values = sorted(values)
-    if not values:
-        return float('nan')
-    k = (len(values) - 1) * p / 100.0
-    lo, hi = math.floor(k), math.ceil(k)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
-
-
 def distribution(sweep: dict) -> dict:
     """Per policy: min, p5 and median of its mean vs Nova's default, its
     worst single guest, its fraction of the oracle and GiB moved; and the
@@ -281,23 +272,24 @@ def distribution(sweep: dict) -> dict:
             if not values:
                 return None
             return {'min': round(min(values), 4),
-                    'p5': round(percentile(values, 5), 4),
-                    'median': round(percentile(values, 50), 4)}
+                    'p5': round(samples.percentile(values, 5), 4),
+                    'median': round(samples.percentile(values, 50), 4)}
 
         moved = [c['moved_mb'] / 1024.0 for c in cells]
         out['policies'][name] = {
             'vs_nova_default': stats('vs_nova_default'),
             'worst_guest': stats('worst_guest'),
             'fraction_of_oracle': stats('fraction_of_oracle'),
-            'moved_gib': {'median': round(percentile(moved, 50), 1),
+            'moved_gib': {'median': round(samples.percentile(moved, 50), 1),
                           'max': round(max(moved), 1)} if moved else None,
         }
     best = [row['vs_best_other'] for row in rows
             if row.get('vs_best_other') is not None]
     if best:
         out['default_vs_best_other'] = {
-            'min': round(min(best), 4), 'p5': round(percentile(best, 5), 4),
-            'median': round(percentile(best, 50), 4),
+            'min': round(min(best), 4),
+            'p5': round(samples.percentile(best, 5), 4),
+            'median': round(samples.percentile(best, 50), 4),
             'wins': sum(1 for b in best if b >= -0.005),
         }
     pairs = {}
@@ -313,8 +305,8 @@ def distribution(sweep: dict) -> dict:
         from nova_numa_overhead.sim import rules
         out['fair_oracle'] = {
             'of_oracle': {'min': round(min(fair), 4),
-                          'p5': round(percentile(fair, 5), 4),
-                          'median': round(percentile(fair, 50), 4)},
+                          'p5': round(samples.percentile(fair, 5), 4),
+                          'median': round(samples.percentile(fair, 50), 4)},
             'unattainable': sum(1 for row in rows
                                 if rules.unattainable(row)),
         }
