@@ -345,6 +345,9 @@ class Optimizer:
         # name -> (when, whose) of the moves and undos predicted to change
         # its speed that a verdict to come may look back to.
         self.changed_by: dict = {}
+        # Called with every move just before it is made (the simulator
+        # compares its predictions with its own steady state); None here.
+        self.observer = None
         self._views: dict = {}
         self._left = PREDICTIONS
         self._start = 0
@@ -1077,6 +1080,8 @@ class Optimizer:
             set(state.memory_mb if state else ())
         neighbours = self.neighbours(action.guest, touched)
         nodes = tuple(action.nodes) if action.with_memory else ()
+        if self.observer is not None:
+            self.observer(action)
         done = agent.guarded(domain, 'Optimizer move', self._move, domain,
                              nodes, action.cpus)
         if not done:
@@ -1690,9 +1695,10 @@ def calibration_summary(pairs) -> dict:
     return out
 
 
-def calibration_text(c: dict) -> str:
+def calibration_text(c: dict, measured: str = 'measured') -> str:
     """Optimizer.calibration()'s summaries in words ('' when there is no
-    verdict to compare predictions with).
+    verdict to compare predictions with); ``measured``: what the other
+    side of the pairs is.
     """
     parts = []
     for kind, label in (('guest', 'moved guests'),
@@ -1702,12 +1708,12 @@ def calibration_text(c: dict) -> str:
             continue
         loss, gain = s['predicted_loss'], s['predicted_gain']
         parts.append(
-            '%s %d, measured speed relative to predicted: median %+.1f%% '
+            '%s %d, %s speed relative to predicted: median %+.1f%% '
             '(p10 %+.1f%%, p90 %+.1f%%), more than %.0f%% below the '
             'prediction in %d, above in %d; of %d predicted to lose more '
             'than %.1f%%, %d more than %.0f%% below; of %d predicted to '
             'gain more, %d' % (
-                label, s['judged'], s['median'], s['p10'], s['p90'],
+                label, s['judged'], measured, s['median'], s['p10'], s['p90'],
                 CALIBRATION_MISS, s['below'], s['above'], loss['judged'],
                 100 * CALIBRATION_BAND, loss['below'], CALIBRATION_MISS,
                 gain['judged'], gain['below']))

@@ -268,6 +268,7 @@ def run_policy(scenario, name, transport_url=None, tick=None,
     res = runner.result(name, recorder, hosts.values())
     if ours:
         res.extra['predictions'] = runner.predictions(pols.values())
+        res.extra['steady'] = runner.steady(pols.values())
     return res, placed
 
 

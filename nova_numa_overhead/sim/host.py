@@ -58,6 +58,7 @@ The numbers are documented assumptions (doc/source/user/simulator.rst,
 threats to validity), not measurements of any one machine.
 """
 
+import copy
 import dataclasses
 
 import numpy
@@ -527,6 +528,41 @@ class Host:
         if loads is None:
             self._warm = result.state
         return result
+
+    def steady_effects(self, name: str, cpu: dict | None = None,
+                       memory: dict | None = None) -> dict:
+        """Name -> speed after / before of every guest, were ``name``'s
+        vCPUs pinned to ``cpu`` (node -> fraction; None: where they run)
+        and its pages on ``memory`` (node -> fraction, spread over each
+        node's controllers; None: where they are): the steady state a
+        move leads to against the one it leaves, each with the floating
+        vCPUs where the kernel's load balancer puts them, no page in
+        flight and no time lost to migration. What the agent's cost
+        model predicts, without the transient the host goes through.
+        """
+        before = self._steady_ips()
+        after = self._steady_ips(name, cpu, memory)
+        return {n: after[n] / ips for n, ips in before.items()
+                if ips > 0 and n in after}
+
+    def _steady_ips(self, name=None, cpu=None, memory=None) -> dict:
+        shadow = copy.copy(self)
+        shadow.guests = {n: dataclasses.replace(g, lost_ms=0.0)
+                         for n, g in self.guests.items()}
+        guest = shadow.guests.get(name)
+        if guest is not None:
+            if cpu is not None:
+                guest.cpu = dict(cpu)
+                guest.floating = False
+            if memory is not None:
+                total = guest.allocated_mb
+                guest.ctrl_pages = {
+                    c: total * frac / len(self.node_ctrls[node])
+                    for node, frac in memory.items()
+                    for c in self.node_ctrls[node]}
+        shadow._load_balance()
+        result = self.solver.solve(shadow.loads())
+        return {n: float(ips) for n, ips in zip(result.names, result.ips)}
 
     def solo_ips(self, guest: Guest) -> float:
         key = (guest.profile, guest.vcpus)

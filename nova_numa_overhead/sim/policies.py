@@ -378,7 +378,19 @@ class OverheadAware(Policy):
         self.agent.optimizer.predictions = {
             kind: collections.deque()
             for kind in self.agent.optimizer.predictions}
+        # And every move's predictions beside the steady state the
+        # simulator's own physics gives it (Host.steady_effects).
+        self.steady = {'guest': [], 'neighbours': []}
+        self.agent.optimizer.observer = self._observe
         hv.register_lifecycle(self._on_lifecycle)
+
+    def _observe(self, action):
+        cpu, memory = action.predicted
+        truth = self.host.steady_effects(
+            action.guest, cpu, memory if action.with_memory else None)
+        for name, effect in action.effects.items():
+            kind = 'guest' if name == action.guest else 'neighbours'
+            self.steady[kind].append((effect, truth.get(name, 1.0)))
 
     def _on_lifecycle(self, event, name):
         # The simulated host has no event thread to keep turning: the

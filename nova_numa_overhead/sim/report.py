@@ -144,6 +144,7 @@ def summary(scenario, results: dict) -> dict:
                                                  fair)
         extra = dict(results[DEFAULT].extra)
         pairs = extra.pop('predictions', None)
+        steady = extra.pop('steady', None)
         if 'decisions' in extra:
             data['agent'] = extra
         if pairs is not None:
@@ -151,6 +152,13 @@ def summary(scenario, results: dict) -> dict:
             # judged, beside what was measured.
             data['predictions'] = pairs
             data['calibration'] = calibration(pairs)
+        if steady is not None:
+            # The same predictions, of every move made, beside the
+            # steady state the simulator's physics gives the move: the
+            # cost model's own error, without the transients, the noise
+            # and the other moves the verdicts also measure.
+            data['steady'] = steady
+            data['steady_calibration'] = calibration(steady)
     return data
 
 
@@ -168,6 +176,18 @@ def calibration_text(c: dict) -> str:
     if not text:
         return 'cost model: no verdict to compare predictions with'
     return textwrap.fill('cost model at the verdicts: ' + text, width=79,
+                         subsequent_indent='  ')
+
+
+def steady_text(c: dict) -> str:
+    """One paragraph: the optimizer's predictions against the steady
+    state the simulator's physics gives its moves ('' without a move).
+    """
+    text = optimizer.calibration_text(c, measured='simulated')
+    if not text:
+        return ''
+    return textwrap.fill('cost model against the simulated steady state '
+                         'of its moves: ' + text, width=79,
                          subsequent_indent='  ')
 
 
@@ -228,6 +248,8 @@ def table(data: dict) -> str:
         lines.append(tail)
         if data.get('calibration'):
             lines.append(calibration_text(data['calibration']))
+        if steady_text(data.get('steady_calibration') or {}):
+            lines.append(steady_text(data['steady_calibration']))
     return '\n'.join(lines)
 
 

@@ -116,7 +116,8 @@ def splice(full: dict, variant: dict, policy: str = 'overhead-aware'
             ours['mean_throughput'] / oracle['mean_throughput']
     row['worst_guest'] = ours.get('worst_guest')
     # The variant's own predictions (none where it ran without them).
-    for key in ('predictions', 'calibration', 'agent'):
+    for key in ('predictions', 'calibration', 'steady',
+                'steady_calibration', 'agent'):
         row.pop(key, None)
         if key in variant:
             row[key] = variant[key]

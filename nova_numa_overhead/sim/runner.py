@@ -240,6 +240,7 @@ def run_policy(scenario, name: str, tick=None,
         res.extra['decisions'] = len(policy.agent.decisions)
         res.extra['optimizer'] = policy.agent.optimizer.status()
         res.extra['predictions'] = predictions([policy])
+        res.extra['steady'] = steady([policy])
     return res
 
 
@@ -251,6 +252,19 @@ def predictions(policies) -> dict:
     out = {}
     for policy in policies:
         for kind, pairs in policy.agent.optimizer.predictions.items():
+            out.setdefault(kind, []).extend(
+                [round(p, 4), round(m, 4)] for p, m in pairs)
+    return out
+
+
+def steady(policies) -> dict:
+    """The optimizer's predictions of every move beside the steady state
+    the simulator's physics gives it (OverheadAware.steady), of every
+    host's agent: kind -> [[predicted, simulated], ...].
+    """
+    out = {}
+    for policy in policies:
+        for kind, pairs in policy.steady.items():
             out.setdefault(kind, []).extend(
                 [round(p, 4), round(m, 4)] for p, m in pairs)
     return out

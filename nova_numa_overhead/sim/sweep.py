@@ -292,13 +292,15 @@ def distribution(sweep: dict) -> dict:
             'median': round(samples.percentile(best, 50), 4),
             'wins': sum(1 for b in best if b >= -0.005),
         }
-    pairs = {}
-    for row in rows:
-        for kind, values in (row.get('predictions') or {}).items():
-            pairs.setdefault(kind, []).extend(values)
-    if pairs:
-        from nova_numa_overhead.sim import report
-        out['calibration'] = report.calibration(pairs)
+    for key, summary in (('predictions', 'calibration'),
+                         ('steady', 'steady_calibration')):
+        pairs = {}
+        for row in rows:
+            for kind, values in (row.get(key) or {}).items():
+                pairs.setdefault(kind, []).extend(values)
+        if pairs:
+            from nova_numa_overhead.sim import report
+            out[summary] = report.calibration(pairs)
     fair = [row['fair_of_oracle'] for row in rows
             if row.get('fair_of_oracle') is not None]
     if fair:
@@ -342,6 +344,9 @@ def table(sweep: dict) -> str:
     c = dist.get('calibration')
     if c:
         lines.append(report.calibration_text(c))
+    s = dist.get('steady_calibration')
+    if s and report.steady_text(s):
+        lines.append(report.steady_text(s))
     f = dist.get('fair_oracle')
     if f:
         from nova_numa_overhead.sim import rules

@@ -835,6 +835,18 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual(((1,), NODE1_CPUS), agent.restrictions['a'])
         self.assertEqual('optimized', agent.outcomes['a'].action)
 
+    def test_the_observer_sees_each_move_before_it_is_made(self):
+        self.remote('a')
+        agent = self.start()
+        seen = []
+        agent.optimizer.observer = lambda action: seen.append(
+            (action.guest, self.hv.pins.get('a')))
+        self.assertTrue(agent.optimizer.apply(self.to_node1(),
+                                              self.clock.now))
+        # Before its vCPUs went to node 1; once.
+        self.assertEqual([('a', None)], seen)
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+
     def test_a_guest_measured_fewer_samples_than_the_window_is_unjudged(self):
         # The pass saw it (3 samples), the loop has no window before it.
         self.flags(group='numa_overhead_agent', loop_window=8)

@@ -144,12 +144,17 @@ class TestSplice(testtools.TestCase):
         # The variant's predictions, not the full run's.
         full['predictions'] = {'guest': [[1.1, 1.0]]}
         full['calibration'] = {'guest': {'judged': 1}}
+        full['steady'] = {'guest': [[1.1, 1.2]]}
+        full['steady_calibration'] = {'guest': {'judged': 1}}
         row = rules.splice(full, variant)
-        self.assertNotIn('predictions', row)
-        self.assertNotIn('calibration', row)
+        for key in ('predictions', 'calibration', 'steady',
+                    'steady_calibration'):
+            self.assertNotIn(key, row)
         variant['predictions'] = {'guest': []}
-        self.assertEqual({'guest': []},
-                         rules.splice(full, variant)['predictions'])
+        variant['steady'] = {'guest': [[1.0, 1.0]]}
+        row = rules.splice(full, variant)
+        self.assertEqual({'guest': []}, row['predictions'])
+        self.assertEqual({'guest': [[1.0, 1.0]]}, row['steady'])
 
     def test_not_others_are_the_oracle_and_liu_li(self):
         from nova_numa_overhead.sim import policies

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import types
+from unittest import mock
 
 import fixtures
 from nova.scheduler import filters
@@ -106,6 +107,67 @@ class TestCapacity(testtools.TestCase):
         self.assertTrue(g.oom)
         self.assertEqual(1, host.oom_kills)
         self.assertEqual(0.0, host.throughput(host.solve())['a'])
+
+
+class TestSteadyEffects(testtools.TestCase):
+    """What a move leads to in the simulator's physics, in steady state
+    (the yardstick of the cost model's predictions).
+    """
+
+    def host(self):
+        host = host_mod.Host(two_nodes(16), balancing=False)
+        # 'a' runs on node 0 with its pages on node 1; 'b' beside it.
+        a = guest('a', node=0)
+        a.first_touch = (1,)
+        host.add(a, preallocate=True)
+        host.add(guest('b', node=0), preallocate=True)
+        return host
+
+    def test_pages_home_speed_their_guest(self):
+        host = self.host()
+        effects = host.steady_effects('a', memory={0: 1.0})
+        self.assertGreater(effects['a'], 1.05)
+        # Its neighbour now shares node 0's controller with it.
+        self.assertLess(effects['b'], 1.0)
+
+    def test_the_vcpus_to_the_pages_too(self):
+        host = self.host()
+        effects = host.steady_effects('a', cpu={1: 1.0})
+        # Local and its own cores: faster; 'b' has node 0 to itself.
+        self.assertGreater(effects['a'], 1.05)
+        self.assertGreater(effects['b'], 1.0)
+
+    def test_no_change_changes_nothing_and_the_host_stays(self):
+        host = self.host()
+        a = host.guests['a']
+        a.lost_ms = 500.0
+        pages, cpu = dict(a.ctrl_pages), dict(a.cpu)
+        self.assertEqual({'a': 1.0, 'b': 1.0}, {
+            n: round(v, 9) for n, v in host.steady_effects('a').items()})
+        host.steady_effects('a', cpu={1: 1.0}, memory={1: 1.0})
+        self.assertIs(a, host.guests['a'])
+        self.assertEqual((pages, cpu, 500.0, False),
+                         (a.ctrl_pages, a.cpu, a.lost_ms, a.floating))
+
+    def test_floating_vcpus_as_the_kernel_balances_them(self):
+        host = host_mod.Host(two_nodes(16), balancing=False)
+        # Four floating vCPUs on node 0's four cores; 'a' pinned there
+        # too would crowd them: the kernel moves them to node 1.
+        host.add(guest('f', node=0, vcpus=4, floating=True),
+                 preallocate=True)
+        host.add(guest('a', node=1, vcpus=2), preallocate=True)
+        host.steady_effects('a', cpu={0: 1.0}, memory={0: 1.0})
+        shadow = []
+        real = host_mod.Host._load_balance
+
+        def balance(h):
+            real(h)
+            shadow.append(dict(h.guests['f'].cpu))
+        with mock.patch.object(host_mod.Host, '_load_balance', balance):
+            host.steady_effects('a', cpu={0: 1.0}, memory={0: 1.0})
+        # Before the move: 'f' stays; after: two of its vCPUs leave.
+        self.assertEqual([{0: 1.0}, {0: 0.5, 1: 0.5}], shadow)
+        self.assertEqual({0: 1.0}, host.guests['f'].cpu)
 
 
 class TestMigration(testtools.TestCase):
@@ -537,6 +599,16 @@ class TestClusterScheduler(testtools.TestCase):
             for _ in range(2)])
         self.assertEqual({'guest': [[1.1, 1.0]] * 2,
                           'neighbours': [[0.9, 1.0]] * 2}, merged)
+        # And their moves against the simulated steady state.
+        self.assertEqual({'guest', 'neighbours'},
+                         set(results['overhead-aware'].extra['steady']))
+        self.assertNotIn('steady', results['nova-default'].extra)
+        merged = runner.steady([
+            types.SimpleNamespace(steady={'guest': [(1.1, 1.2)],
+                                          'neighbours': [(0.9, 0.95)]})
+            for _ in range(2)])
+        self.assertEqual({'guest': [[1.1, 1.2]] * 2,
+                          'neighbours': [[0.9, 0.95]] * 2}, merged)
         self.assertTrue(seen['multiplier'])
         self.assertEqual({0.25}, set(seen['multiplier']))
         import nova.conf
@@ -756,6 +828,9 @@ class TestCommand(testtools.TestCase):
                          data['predictions'])
         self.assertEqual({'judged': 0}, data['calibration']['guest'])
         self.assertNotIn('predictions', data['agent'])
+        self.assertNotIn('steady', data['agent'])
+        self.assertEqual(set(data['steady']),
+                         set(data['steady_calibration']))
 
     def test_bad_scenario_is_one_line(self):
         path = self.useFixture(fixtures.TempDir()).path + '/bad.toml'
@@ -803,6 +878,13 @@ class TestCommand(testtools.TestCase):
                 self.assertGreater(measured, 0)
             self.assertEqual(len(pairs),
                              data['summary']['calibration'][kind]['judged'])
+            # And every move's, beside the simulated steady state.
+            steady = [p for r in data['scenarios']
+                      for p in r['steady'][kind]]
+            self.assertGreaterEqual(len(steady), len(pairs), kind)
+            self.assertEqual(
+                len(steady),
+                data['summary']['steady_calibration'][kind]['judged'])
         rc, out, _ = self.run_cli('simulate', '--sweep', '2', '--seed', '5',
                                   '--quiet', '--workers', '1', '--policies',
                                   'nova-default,overhead-aware')
@@ -810,6 +892,11 @@ class TestCommand(testtools.TestCase):
         self.assertIn('cost model at the verdicts: moved guests %d,' % len(
             [p for r in data['scenarios'] for p in r['predictions']['guest']]
         ), out)
+        self.assertIn('cost model against the simulated steady state of '
+                      'its moves: moved guests %d,' % len(
+                          [p for r in data['scenarios']
+                           for p in r['steady']['guest']]),
+                      ' '.join(out.split()))
         text = out[out.index('cost model'):]
         self.assertLessEqual(max(len(line) for line in text.splitlines()),
                              80)
