@@ -345,8 +345,10 @@ class Optimizer:
         # name -> (when, whose) of the moves and undos predicted to change
         # its speed that a verdict to come may look back to.
         self.changed_by: dict = {}
-        # Called with every move just before it is made (the simulator
-        # compares its predictions with its own steady state); None here.
+        # Called with every move just before it is made, and what it
+        # returns (a callable or None) once the move is made: the
+        # simulator compares its predictions with its own steady state.
+        # None on a real host.
         self.observer = None
         self._views: dict = {}
         self._left = PREDICTIONS
@@ -1080,8 +1082,10 @@ class Optimizer:
             set(state.memory_mb if state else ())
         neighbours = self.neighbours(action.guest, touched)
         nodes = tuple(action.nodes) if action.with_memory else ()
-        if self.observer is not None:
-            self.observer(action)
+        # The simulator's measurement, before the move; what it returns
+        # is called once the move is made. Not guarded: it is not there
+        # on a real host, and a simulator that cannot measure should stop.
+        seen = self.observer(action) if self.observer is not None else None
         done = agent.guarded(domain, 'Optimizer move', self._move, domain,
                              nodes, action.cpus)
         if not done:
@@ -1090,6 +1094,8 @@ class Optimizer:
             # Not tried again at every pass.
             self.held[action.guest] = now + BACKOFF_BASE
             return False
+        if seen is not None:
+            seen()
         agent.restrictions[action.guest] = (
             tuple(nodes) if nodes else tuple(previous[0]),
             tuple(action.cpus))

@@ -259,20 +259,32 @@ class SimHypervisor(hv_mod.Hypervisor):
             raise hv_mod.HypervisorError(
                 'cannot pin the vCPUs of %s to CPUs %s' % (
                     guest.name, unknown or 'none'))
-        counts = {}
-        for cpu in cpus:
-            counts[node_of[cpu]] = counts.get(node_of[cpu], 0) + 1
-        if set(cpus) >= set(node_of):
-            # Every CPU of the host: not pinned at all (libvirt's vcpupin
-            # to every CPU); the kernel's load balancer places them.
+        cpu = pinned(self._topology, cpus)
+        if cpu is None:
             guest.floating = True
             return
-        total = float(sum(counts.values()))
-        guest.cpu = {n: c / total for n, c in counts.items()}
+        guest.cpu = cpu
         guest.floating = False
 
     def register_lifecycle(self, callback):
         self._callbacks.append(callback)
+
+
+def pinned(topology, cpus) -> dict | None:
+    """Node -> fraction of a guest's vCPUs pinned to ``cpus`` (host CPU
+    ids the topology has), as the simulated host runs them: in proportion
+    to the CPUs of each node; None for every CPU of the host, which is not
+    pinned at all (libvirt's vcpupin to every CPU): the kernel's load
+    balancer places them.
+    """
+    node_of = topology.node_of_cpu()
+    if set(cpus) >= set(node_of):
+        return None
+    counts = {}
+    for cpu in cpus:
+        counts[node_of[cpu]] = counts.get(node_of[cpu], 0) + 1
+    total = float(sum(counts.values()))
+    return {n: c / total for n, c in counts.items()}
 
 
 def vcpu_cpus(guest, topology) -> list:

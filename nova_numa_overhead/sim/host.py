@@ -121,6 +121,21 @@ class Guest:
         return node if share > 0.5 else None
 
 
+@dataclasses.dataclass(frozen=True)
+class Move:
+    """What one of the agent's moves does to a guest
+    (:meth:`Host.steady_effects`): its vCPUs pinned to ``cpu`` (node ->
+    fraction; None: where they run) or left to the kernel
+    (``floating``), its pages to ``memory`` (node -> fraction; None:
+    where they are).
+    """
+
+    name: str
+    cpu: dict | None = None
+    memory: dict | None = None
+    floating: bool = False
+
+
 class Host:
     """A host spec with guests, their pages and the migration queue."""
 
@@ -529,40 +544,65 @@ class Host:
             self._warm = result.state
         return result
 
-    def steady_effects(self, name: str, cpu: dict | None = None,
-                       memory: dict | None = None) -> dict:
-        """Name -> speed after / before of every guest, were ``name``'s
-        vCPUs pinned to ``cpu`` (node -> fraction; None: where they run)
-        and its pages on ``memory`` (node -> fraction, spread over each
-        node's controllers; None: where they are): the steady state a
-        move leads to against the one it leaves, each with the floating
-        vCPUs where the kernel's load balancer puts them, no page in
-        flight and no time lost to migration. What the agent's cost
-        model predicts, without the transient the host goes through.
+    def steady_effects(self, move: Move, earlier=()) -> dict:
+        """Name -> speed after / before of every guest, were ``move``
+        made on top of the ``earlier`` moves (of the same pass, made
+        first): the steady state the move leads to against the one it
+        leaves, each with its moves' vCPUs as pinned (or left to the
+        kernel), their pages all landed, the floating vCPUs where the
+        kernel's load balancer puts them, no page in flight and no time
+        lost to migration. What the agent's cost model predicts, without
+        the transient the host goes through. A guest that does not run
+        on either side is left out.
         """
-        before = self._steady_ips()
-        after = self._steady_ips(name, cpu, memory)
+        before = self._steady_ips(earlier)
+        after = self._steady_ips(tuple(earlier) + (move,))
         return {n: after[n] / ips for n, ips in before.items()
-                if ips > 0 and n in after}
+                if ips > 0 and after.get(n, 0.0) > 0}
 
-    def _steady_ips(self, name=None, cpu=None, memory=None) -> dict:
+    def _steady_ips(self, moves) -> dict:
+        """Instructions per second of every guest once ``moves`` are
+        made, in steady state (:meth:`steady_effects`); the host itself
+        is left as it is.
+        """
         shadow = copy.copy(self)
-        shadow.guests = {n: dataclasses.replace(g, lost_ms=0.0)
-                         for n, g in self.guests.items()}
-        guest = shadow.guests.get(name)
-        if guest is not None:
-            if cpu is not None:
-                guest.cpu = dict(cpu)
+        shadow.guests = {
+            n: dataclasses.replace(g, cpu=dict(g.cpu),
+                                   ctrl_pages=dict(g.ctrl_pages),
+                                   lost_ms=0.0)
+            for n, g in self.guests.items()}
+        for move in moves:
+            guest = shadow.guests.get(move.name)
+            if guest is None:
+                continue
+            if move.floating:
+                guest.floating = True
+            elif move.cpu is not None:
+                guest.cpu = dict(move.cpu)
                 guest.floating = False
-            if memory is not None:
-                total = guest.allocated_mb
-                guest.ctrl_pages = {
-                    c: total * frac / len(self.node_ctrls[node])
-                    for node, frac in memory.items()
-                    for c in self.node_ctrls[node]}
+            if move.memory is not None:
+                shadow._land(guest, move.memory)
         shadow._load_balance()
         result = self.solver.solve(shadow.loads())
         return {n: float(ips) for n, ips in zip(result.names, result.ips)}
+
+    def _land(self, guest: Guest, memory: dict) -> None:
+        """The guest's pages moved between nodes to ``memory``'s shares
+        (node -> fraction), as migrations move them: those a node keeps
+        stay on their controllers, those that come are spread over the
+        controllers by their room.
+        """
+        total = guest.allocated_mb
+        now = self.pages(guest)
+        for node, mb in now.items():
+            surplus = mb - total * memory.get(node, 0.0)
+            if surplus > EPSILON:
+                self._take(guest, node, surplus)
+        free = self.ctrl_free()
+        for node, frac in memory.items():
+            short = total * frac - now.get(node, 0.0)
+            if short > EPSILON:
+                self._put(guest, node, short, free)
 
     def solo_ips(self, guest: Guest) -> float:
         key = (guest.profile, guest.vcpus)

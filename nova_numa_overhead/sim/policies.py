@@ -47,6 +47,7 @@ closely, never to make ours look better.
 """
 
 import collections
+import dataclasses
 import math
 
 from oslo_config import cfg
@@ -55,6 +56,7 @@ from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead import conf as plugin_conf
 from nova_numa_overhead.conf import agent as agent_conf
 from nova_numa_overhead.overhead import classifier
+from nova_numa_overhead.sim import backend
 from nova_numa_overhead.sim import host as host_mod
 
 
@@ -381,16 +383,37 @@ class OverheadAware(Policy):
         # And every move's predictions beside the steady state the
         # simulator's own physics gives it (Host.steady_effects).
         self.steady = {'guest': [], 'neighbours': []}
+        self._pass = (None, [])    # (when, moves made) of the last pass
         self.agent.optimizer.observer = self._observe
         hv.register_lifecycle(self._on_lifecycle)
 
     def _observe(self, action):
-        cpu, memory = action.predicted
-        truth = self.host.steady_effects(
-            action.guest, cpu, memory if action.with_memory else None)
-        for name, effect in action.effects.items():
-            kind = 'guest' if name == action.guest else 'neighbours'
-            self.steady[kind].append((effect, truth.get(name, 1.0)))
+        """The optimizer's hook, before each of its moves: what the
+        simulator's physics gives the move in steady state, against
+        the same state without it (with the moves made before it in the
+        same pass, as its prediction has them), kept beside the
+        predictions once the move is made (the callable returned).
+        """
+        now = self.clock[0]
+        if self._pass[0] != now:
+            self._pass = (now, [])
+        move = host_mod.Move(
+            action.guest, memory=action.predicted[1]
+            if action.with_memory else None,
+            cpu=backend.pinned(self.hv.topology(), action.cpus))
+        if move.cpu is None:
+            move = dataclasses.replace(move, floating=True)
+        earlier = self._pass[1]
+        truth = self.host.steady_effects(move, earlier)
+
+        def made():
+            earlier.append(move)
+            for name, effect in action.effects.items():
+                if name not in truth:
+                    continue
+                kind = 'guest' if name == action.guest else 'neighbours'
+                self.steady[kind].append((effect, truth[name]))
+        return made
 
     def _on_lifecycle(self, event, name):
         # The simulated host has no event thread to keep turning: the

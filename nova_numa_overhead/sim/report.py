@@ -248,8 +248,9 @@ def table(data: dict) -> str:
         lines.append(tail)
         if data.get('calibration'):
             lines.append(calibration_text(data['calibration']))
-        if steady_text(data.get('steady_calibration') or {}):
-            lines.append(steady_text(data['steady_calibration']))
+        steady = steady_text(data.get('steady_calibration') or {})
+        if steady:
+            lines.append(steady)
     return '\n'.join(lines)
 
 

@@ -292,6 +292,7 @@ def distribution(sweep: dict) -> dict:
             'median': round(samples.percentile(best, 50), 4),
             'wins': sum(1 for b in best if b >= -0.005),
         }
+    from nova_numa_overhead.sim import report
     for key, summary in (('predictions', 'calibration'),
                          ('steady', 'steady_calibration')):
         pairs = {}
@@ -299,7 +300,6 @@ def distribution(sweep: dict) -> dict:
             for kind, values in (row.get(key) or {}).items():
                 pairs.setdefault(kind, []).extend(values)
         if pairs:
-            from nova_numa_overhead.sim import report
             out[summary] = report.calibration(pairs)
     fair = [row['fair_of_oracle'] for row in rows
             if row.get('fair_of_oracle') is not None]
@@ -344,9 +344,9 @@ def table(sweep: dict) -> str:
     c = dist.get('calibration')
     if c:
         lines.append(report.calibration_text(c))
-    s = dist.get('steady_calibration')
-    if s and report.steady_text(s):
-        lines.append(report.steady_text(s))
+    steady = report.steady_text(dist.get('steady_calibration') or {})
+    if steady:
+        lines.append(steady)
     f = dist.get('fair_oracle')
     if f:
         from nova_numa_overhead.sim import rules

@@ -839,13 +839,30 @@ class TestClosedLoop(OptimizerTestCase):
         self.remote('a')
         agent = self.start()
         seen = []
-        agent.optimizer.observer = lambda action: seen.append(
-            (action.guest, self.hv.pins.get('a')))
+
+        def observer(action):
+            seen.append(('before', action.guest, self.hv.pins.get('a')))
+            return lambda: seen.append(('made', self.hv.pins.get('a')))
+        agent.optimizer.observer = observer
         self.assertTrue(agent.optimizer.apply(self.to_node1(),
                                               self.clock.now))
-        # Before its vCPUs went to node 1; once.
-        self.assertEqual([('a', None)], seen)
-        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        # Before its vCPUs went to node 1, and once they had.
+        self.assertEqual([('before', 'a', None), ('made', NODE1_CPUS)],
+                         seen)
+
+    def test_the_observer_is_not_told_of_a_move_not_made(self):
+        self.remote('a')
+        agent = self.start()
+        made = []
+        agent.optimizer.observer = lambda action: lambda: made.append(1)
+        with mock.patch.object(self.hv, 'pin_vcpus', autospec=True,
+                               side_effect=hv_mod.HypervisorError('no')):
+            self.assertFalse(agent.optimizer.apply(self.to_node1(),
+                                                   self.clock.now))
+        self.flags(group='numa_overhead_agent', enforcement='advisory')
+        self.assertFalse(agent.optimizer.apply(self.to_node1(),
+                                               self.clock.now))
+        self.assertEqual([], made)
 
     def test_a_guest_measured_fewer_samples_than_the_window_is_unjudged(self):
         # The pass saw it (3 samples), the loop has no window before it.

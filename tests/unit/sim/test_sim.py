@@ -114,8 +114,8 @@ class TestSteadyEffects(testtools.TestCase):
     (the yardstick of the cost model's predictions).
     """
 
-    def host(self):
-        host = host_mod.Host(two_nodes(16), balancing=False)
+    def host(self, controllers=1):
+        host = host_mod.Host(two_nodes(16, controllers), balancing=False)
         # 'a' runs on node 0 with its pages on node 1; 'b' beside it.
         a = guest('a', node=0)
         a.first_touch = (1,)
@@ -123,16 +123,18 @@ class TestSteadyEffects(testtools.TestCase):
         host.add(guest('b', node=0), preallocate=True)
         return host
 
+    def effects(self, host, name, earlier=(), **move):
+        return {n: round(v, 9) for n, v in host.steady_effects(
+            host_mod.Move(name, **move), earlier).items()}
+
     def test_pages_home_speed_their_guest(self):
-        host = self.host()
-        effects = host.steady_effects('a', memory={0: 1.0})
+        effects = self.effects(self.host(), 'a', memory={0: 1.0})
         self.assertGreater(effects['a'], 1.05)
         # Its neighbour now shares node 0's controller with it.
         self.assertLess(effects['b'], 1.0)
 
     def test_the_vcpus_to_the_pages_too(self):
-        host = self.host()
-        effects = host.steady_effects('a', cpu={1: 1.0})
+        effects = self.effects(self.host(), 'a', cpu={1: 1.0})
         # Local and its own cores: faster; 'b' has node 0 to itself.
         self.assertGreater(effects['a'], 1.05)
         self.assertGreater(effects['b'], 1.0)
@@ -141,13 +143,68 @@ class TestSteadyEffects(testtools.TestCase):
         host = self.host()
         a = host.guests['a']
         a.lost_ms = 500.0
+        before = (host.solve().ips.tolist(), runner.snapshot(host))
         pages, cpu = dict(a.ctrl_pages), dict(a.cpu)
-        self.assertEqual({'a': 1.0, 'b': 1.0}, {
-            n: round(v, 9) for n, v in host.steady_effects('a').items()})
-        host.steady_effects('a', cpu={1: 1.0}, memory={1: 1.0})
+        self.assertEqual({'a': 1.0, 'b': 1.0}, self.effects(host, 'a'))
+        self.effects(host, 'a', cpu={1: 1.0}, memory={1: 1.0})
+        self.effects(host, 'a', floating=True, memory={0: 0.5, 1: 0.5},
+                     earlier=[host_mod.Move('b', cpu={1: 1.0})])
         self.assertIs(a, host.guests['a'])
         self.assertEqual((pages, cpu, 500.0, False),
                          (a.ctrl_pages, a.cpu, a.lost_ms, a.floating))
+        host._warm = None
+        self.assertEqual(before, (host.solve().ips.tolist(),
+                                  runner.snapshot(host)))
+
+    def test_pages_a_node_keeps_stay_on_their_controllers(self):
+        host = host_mod.Host(two_nodes(16, controllers=2),
+                             balancing=False)
+        # All of 'a' on node 0's first controller, 'b' on its second.
+        host.add(guest('a', first_ctrl={0: 0}), preallocate=True)
+        host.add(guest('b', first_ctrl={0: 1}), preallocate=True)
+        # Its pages to node 0, where they are: nothing moves.
+        self.assertEqual({'a': 1.0, 'b': 1.0},
+                         self.effects(host, 'a', cpu={0: 1.0},
+                                      memory={0: 1.0}))
+        # Half of them to node 1, spread over its controllers; the half
+        # that stays, on controller 0.
+        shadow = []
+        real = host_mod.Host.loads
+
+        def loads(h):
+            shadow.append(dict(h.guests['a'].ctrl_pages))
+            return real(h)
+        with mock.patch.object(host_mod.Host, 'loads', autospec=True,
+                               side_effect=loads):
+            self.effects(host, 'a', memory={0: 0.5, 1: 0.5})
+        self.assertEqual({0: 4 * GIB}, shadow[0])
+        self.assertEqual({0: 2 * GIB, 2: GIB, 3: GIB},
+                         {c: round(mb) for c, mb in shadow[1].items()})
+
+    def test_earlier_moves_of_the_pass_on_both_sides(self):
+        host = self.host()
+        first = host_mod.Move('b', cpu={1: 1.0}, memory={1: 1.0})
+        alone = self.effects(host, 'a', memory={0: 1.0})
+        after = self.effects(host, 'a', earlier=[first], memory={0: 1.0})
+        # With 'b' gone to node 1, 'a' has node 0's controller to itself
+        # and leaves node 1's to 'b': the same move gains more, and
+        # speeds 'b' instead of slowing it.
+        self.assertGreater(after['a'], alone['a'])
+        self.assertLess(alone['b'], 1.0)
+        self.assertGreater(after['b'], 1.0)
+
+    def test_vcpus_left_to_the_kernel_float(self):
+        host = host_mod.Host(two_nodes(16), balancing=False)
+        # Six vCPUs pinned to node 0's four cores, 'b' beside them.
+        host.add(guest('a', vcpus=6), preallocate=True)
+        host.add(guest('b', vcpus=2), preallocate=True)
+        pinned = self.effects(host, 'a', memory={0: 0.5, 1: 0.5})
+        floating = self.effects(host, 'a', floating=True,
+                                memory={0: 0.5, 1: 0.5})
+        # Floating, the kernel spreads them over both nodes' cores.
+        self.assertGreater(floating['a'], 1.2)
+        self.assertGreater(floating['a'], pinned['a'])
+        self.assertGreater(floating['b'], 1.0)
 
     def test_floating_vcpus_as_the_kernel_balances_them(self):
         host = host_mod.Host(two_nodes(16), balancing=False)
@@ -156,18 +213,90 @@ class TestSteadyEffects(testtools.TestCase):
         host.add(guest('f', node=0, vcpus=4, floating=True),
                  preallocate=True)
         host.add(guest('a', node=1, vcpus=2), preallocate=True)
-        host.steady_effects('a', cpu={0: 1.0}, memory={0: 1.0})
         shadow = []
         real = host_mod.Host._load_balance
 
         def balance(h):
             real(h)
             shadow.append(dict(h.guests['f'].cpu))
-        with mock.patch.object(host_mod.Host, '_load_balance', balance):
-            host.steady_effects('a', cpu={0: 1.0}, memory={0: 1.0})
+        with mock.patch.object(host_mod.Host, '_load_balance',
+                               autospec=True, side_effect=balance):
+            self.effects(host, 'a', cpu={0: 1.0}, memory={0: 1.0})
         # Before the move: 'f' stays; after: two of its vCPUs leave.
         self.assertEqual([{0: 1.0}, {0: 0.5, 1: 0.5}], shadow)
         self.assertEqual({0: 1.0}, host.guests['f'].cpu)
+
+    def test_a_guest_that_does_not_run_is_left_out(self):
+        host = self.host()
+        host.guests['b'].oom = True
+        self.assertEqual({'a'}, set(self.effects(host, 'a',
+                                                 memory={0: 1.0})))
+
+
+class TestSteadyOfOurMoves(testtools.TestCase):
+    """Every move of the agent's optimizer beside its simulated steady
+    state (OverheadAware._observe).
+    """
+
+    def test_each_move_with_the_earlier_ones_of_its_pass(self):
+        calls = []
+        real = host_mod.Host.steady_effects
+
+        def steady(host, move, earlier=()):
+            calls.append((move, [m.name for m in earlier]))
+            return real(host, move, earlier)
+        with mock.patch.object(host_mod.Host, 'steady_effects',
+                               autospec=True, side_effect=steady):
+            res = runner.run_policy(scenarios.get('vtrms-amd'),
+                                    'overhead-aware')
+        moved = res.extra['optimizer']['moved']
+        self.assertGreater(moved, 1)
+        self.assertEqual(moved, len(calls))
+        self.assertEqual(moved, len(res.extra['steady']['guest']))
+        self.assertTrue(res.extra['steady']['neighbours'])
+        # Pinned with their memory (no guest here is larger than a node).
+        for move, _earlier in calls:
+            self.assertEqual((1, False), (len(move.cpu), move.floating))
+            self.assertEqual(move.cpu, move.memory)
+        # A second move of a pass is measured with the first one made.
+        self.assertIn([calls[0][0].name], [e for _m, e in calls])
+        for predicted, simulated in res.extra['steady']['guest']:
+            self.assertGreater(predicted, 0)
+            self.assertGreater(simulated, 0)
+
+    def test_vcpus_alone_and_left_to_the_kernel(self):
+        from nova_numa_overhead.compute import optimizer
+        scenario = scenarios.get('remote-2')
+        _host, hv = runner.new_host(scenario)
+        policy = policies.new('overhead-aware')
+        policy.attach(hv, scenario)
+        every = tuple(hv.topology().node_of_cpu())
+        node1 = tuple(hv.topology().nodes[1].cpus)
+        seen = []
+
+        def steady(move, earlier=()):
+            seen.append((move, list(earlier)))
+            return {'vm1': 1.2, 'vm2': 0.9}
+        policy.host.steady_effects = steady
+        effects = {'vm1': 1.1, 'vm2': 0.95, 'gone': 1.0}
+        alone = optimizer.Action('vm1', (1,), node1, 0.1, 0.0, 0.0,
+                                 ({1: 1.0}, {0: 1.0}), False, effects)
+        kernel = optimizer.Action('vm1', (0, 1), every, 0.1, 0.0, 0.0,
+                                  (None, {0: 0.5, 1: 0.5}), True, effects)
+        policy._observe(alone)()
+        policy._observe(kernel)()
+        self.assertEqual(
+            [(host_mod.Move('vm1', cpu={1: 1.0}), []),
+             (host_mod.Move('vm1', memory={0: 0.5, 1: 0.5}, floating=True),
+              ['vm1'])],
+            [(m, [e.name for e in earlier]) for m, earlier in seen])
+        # A guest the simulator does not run is left out.
+        self.assertEqual({'guest': [(1.1, 1.2)] * 2,
+                          'neighbours': [(0.95, 0.9)] * 2}, policy.steady)
+        # A pass later, no earlier move.
+        policy.clock[0] += 1
+        policy._observe(alone)
+        self.assertEqual([], seen[-1][1])
 
 
 class TestMigration(testtools.TestCase):
