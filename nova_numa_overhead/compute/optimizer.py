@@ -1083,8 +1083,9 @@ class Optimizer:
         neighbours = self.neighbours(action.guest, touched)
         nodes = tuple(action.nodes) if action.with_memory else ()
         # The simulator's measurement, before the move; what it returns
-        # is called once the move is made. Not guarded: it is not there
-        # on a real host, and a simulator that cannot measure should stop.
+        # is called once the move is made. Not guarded: on its error the
+        # pass stops (Agent._optimize logs it) and the simulator fails
+        # its run (OverheadAware.step); there is none on a real host.
         seen = self.observer(action) if self.observer is not None else None
         done = agent.guarded(domain, 'Optimizer move', self._move, domain,
                              nodes, action.cpus)

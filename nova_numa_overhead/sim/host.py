@@ -587,22 +587,34 @@ class Host:
         return {n: float(ips) for n, ips in zip(result.names, result.ips)}
 
     def _land(self, guest: Guest, memory: dict) -> None:
-        """The guest's pages moved between nodes to ``memory``'s shares
-        (node -> fraction), as migrations move them: those a node keeps
-        stay on their controllers, those that come are spread over the
-        controllers by their room.
+        """The guest's pages moved between nodes towards ``memory``'s
+        shares (node -> fraction), as migrations move them: those a node
+        keeps stay on their controllers, those that come are spread over
+        the controllers by their room, and where a node has too little
+        room the pages it cannot take stay where they are (each node
+        giving its share of them).
         """
         total = guest.allocated_mb
         now = self.pages(guest)
-        for node, mb in now.items():
-            surplus = mb - total * memory.get(node, 0.0)
-            if surplus > EPSILON:
-                self._take(guest, node, surplus)
         free = self.ctrl_free()
+        fits = {}
         for node, frac in memory.items():
             short = total * frac - now.get(node, 0.0)
-            if short > EPSILON:
-                self._put(guest, node, short, free)
+            room = sum(max(free[c], 0.0) for c in self.node_ctrls[node])
+            if short > EPSILON and room > EPSILON:
+                fits[node] = min(short, room)
+        surplus = {node: mb - total * memory.get(node, 0.0)
+                   for node, mb in now.items()}
+        surplus = {n: mb for n, mb in surplus.items() if mb > EPSILON}
+        leaving = sum(surplus.values())
+        coming = sum(fits.values())
+        if leaving <= EPSILON or coming <= EPSILON:
+            return
+        moved = min(leaving, coming)
+        for node, mb in surplus.items():
+            self._take(guest, node, mb * moved / leaving)
+        for node, mb in fits.items():
+            self._put(guest, node, mb * moved / coming, free)
 
     def solo_ips(self, guest: Guest) -> float:
         key = (guest.profile, guest.vcpus)

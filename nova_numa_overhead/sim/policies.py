@@ -384,6 +384,9 @@ class OverheadAware(Policy):
         # simulator's own physics gives it (Host.steady_effects).
         self.steady = {'guest': [], 'neighbours': []}
         self._pass = (None, [])    # (when, moves made) of the last pass
+        # An error of _observe: the agent's pass logs and skips it, which
+        # would change this policy's results silently; step() raises it.
+        self.failed = None
         self.agent.optimizer.observer = self._observe
         hv.register_lifecycle(self._on_lifecycle)
 
@@ -404,7 +407,11 @@ class OverheadAware(Policy):
         if move.cpu is None:
             move = dataclasses.replace(move, floating=True)
         earlier = self._pass[1]
-        truth = self.host.steady_effects(move, earlier)
+        try:
+            truth = self.host.steady_effects(move, earlier)
+        except Exception as exc:
+            self.failed = exc
+            raise
 
         def made():
             earlier.append(move)
@@ -425,6 +432,8 @@ class OverheadAware(Policy):
         self.clock[0] = now
         if int(now) % self.sample == 0:
             self.agent.cycle()
+            if self.failed is not None:
+                raise self.failed
         if self.rebalance_every and int(now) % self.rebalance_every == 0:
             # What the agent service does every rebalance_interval.
             self.agent.rebalance()

@@ -175,8 +175,7 @@ def calibration_text(c: dict) -> str:
     text = optimizer.calibration_text(c)
     if not text:
         return 'cost model: no verdict to compare predictions with'
-    return textwrap.fill('cost model at the verdicts: ' + text, width=79,
-                         subsequent_indent='  ')
+    return _paragraph('cost model at the verdicts: ' + text)
 
 
 def steady_text(c: dict) -> str:
@@ -184,11 +183,12 @@ def steady_text(c: dict) -> str:
     state the simulator's physics gives its moves ('' without a move).
     """
     text = optimizer.calibration_text(c, measured='simulated')
-    if not text:
-        return ''
-    return textwrap.fill('cost model against the simulated steady state '
-                         'of its moves: ' + text, width=79,
-                         subsequent_indent='  ')
+    return _paragraph('cost model against the simulated steady state of '
+                      'its moves: ' + text) if text else ''
+
+
+def _paragraph(text: str) -> str:
+    return textwrap.fill(text, width=79, subsequent_indent='  ')
 
 
 def table(data: dict) -> str:

@@ -249,12 +249,7 @@ def predictions(policies) -> dict:
     verdicts (Optimizer.predictions), of every host's agent: kind ->
     [[predicted, measured], ...].
     """
-    out = {}
-    for policy in policies:
-        for kind, pairs in policy.agent.optimizer.predictions.items():
-            out.setdefault(kind, []).extend(
-                [round(p, 4), round(m, 4)] for p, m in pairs)
-    return out
+    return _merged(p.agent.optimizer.predictions for p in policies)
 
 
 def steady(policies) -> dict:
@@ -262,9 +257,14 @@ def steady(policies) -> dict:
     the simulator's physics gives it (OverheadAware.steady), of every
     host's agent: kind -> [[predicted, simulated], ...].
     """
+    return _merged(p.steady for p in policies)
+
+
+def _merged(tables) -> dict:
+    """kind -> the (predicted, other) pairs of every table, rounded."""
     out = {}
-    for policy in policies:
-        for kind, pairs in policy.steady.items():
+    for table in tables:
+        for kind, pairs in table.items():
             out.setdefault(kind, []).extend(
                 [round(p, 4), round(m, 4)] for p, m in pairs)
     return out

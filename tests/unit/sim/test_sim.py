@@ -181,6 +181,23 @@ class TestSteadyEffects(testtools.TestCase):
         self.assertEqual({0: 2 * GIB, 2: GIB, 3: GIB},
                          {c: round(mb) for c, mb in shadow[1].items()})
 
+    def test_pages_a_node_has_no_room_for_stay(self):
+        host = host_mod.Host(two_nodes(8), balancing=False)
+        host.add(guest('a', node=0, memory_gb=4), preallocate=True)
+        host.add(guest('b', node=1, memory_gb=6), preallocate=True)
+        shadow = []
+        real = host_mod.Host.loads
+
+        def loads(h):
+            shadow.append(h.pages(h.guests['a']))
+            return real(h)
+        with mock.patch.object(host_mod.Host, 'loads', autospec=True,
+                               side_effect=loads):
+            self.effects(host, 'a', memory={1: 1.0})
+        # Node 1 has 2 GiB free: half of 'a' comes, half stays.
+        self.assertEqual({0: 2 * GIB, 1: 2 * GIB},
+                         {n: round(mb) for n, mb in shadow[1].items()})
+
     def test_earlier_moves_of_the_pass_on_both_sides(self):
         host = self.host()
         first = host_mod.Move('b', cpu={1: 1.0}, memory={1: 1.0})
@@ -263,6 +280,14 @@ class TestSteadyOfOurMoves(testtools.TestCase):
         for predicted, simulated in res.extra['steady']['guest']:
             self.assertGreater(predicted, 0)
             self.assertGreater(simulated, 0)
+
+    def test_an_error_of_the_yardstick_fails_the_run(self):
+        def broken(host, move, earlier=()):
+            raise ValueError('yardstick')
+        with mock.patch.object(host_mod.Host, 'steady_effects',
+                               autospec=True, side_effect=broken):
+            self.assertRaises(ValueError, runner.run_policy,
+                              scenarios.get('vtrms-amd'), 'overhead-aware')
 
     def test_vcpus_alone_and_left_to_the_kernel(self):
         from nova_numa_overhead.compute import optimizer
