@@ -285,12 +285,19 @@ class Action:
 
 @dataclasses.dataclass
 class Return:
-    """Pages an undo is bringing back (to Nova's nodes)."""
+    """Pages on their way, a step each cycle: back after an undo (to
+    Nova's nodes), or to the even shares of a move onto nodes that held
+    some of them already.
+    """
 
-    shares: dict              # node -> share of its memory before the move
+    shares: dict              # node -> share of its memory to reach
     left: float | None = None  # the fewest MiB still to move at a step
     stalls: int = 0           # steps since it last got nearer
     moved_mb: float = 0.0
+    queued: bool = False      # the last step queued pages
+    # Only the pages on the nodes of ``shares`` move (a move's: those
+    # outside its nodeset are the kernel's to move).
+    within: bool = False
 
 
 class Optimizer:
@@ -307,6 +314,11 @@ class Optimizer:
         # name -> Return: the pages of a move undone to Nova's nodes go
         # back where they were, a step each cycle.
         self.returning: dict = {}
+        # name -> Return: the pages of a move onto nodes some of them are
+        # on already (narrowing the nodeset moves only those outside it)
+        # go on to its even shares, a step each cycle, within the page
+        # budget; its verdict waits for them.
+        self.landing: dict = {}
         self.held: dict = {}          # name -> not before
         self.advised: dict = {}       # name -> the advice last logged
         # name -> when it was first listed (or started again, resumed).
@@ -369,7 +381,7 @@ class Optimizer:
         # Kept while the guest is here, measured or not (a backoff read
         # from its record outlives a first sample that failed).
         for table in (self.per_guest, self.standing, self.backoff,
-                      self.returning, self.changed_by):
+                      self.returning, self.landing, self.changed_by):
             for name in [n for n in table if n not in self.agent.domains]:
                 del table[name]
         self._forget_changes(now)
@@ -738,6 +750,7 @@ class Optimizer:
         # Its placement is the new run's: no page goes back to where the
         # old run's were, and a move of the old run gets no verdict.
         self.returning.pop(name, None)
+        self.landing.pop(name, None)
         if self.checks.pop(name, None) is not None:
             self.counts['expired'] += 1
 
@@ -1087,6 +1100,8 @@ class Optimizer:
         # pass stops (Agent._optimize logs it) and the simulator fails
         # its run (OverheadAware.step); there is none on a real host.
         seen = self.observer(action) if self.observer is not None else None
+        # The move replaces the pages the last one was still landing.
+        self.landing.pop(action.guest, None)
         done = agent.guarded(domain, 'Optimizer move', self._move, domain,
                              nodes, action.cpus)
         if not done:
@@ -1152,7 +1167,8 @@ class Optimizer:
     def _move(self, domain, nodes, cpus) -> bool:
         """vCPUs to ``cpus``; memory to ``nodes`` (() = where it is),
         evened over them with ``enforcement = pages`` (restricting the
-        nodeset moves only the pages outside it).
+        nodeset moves only the pages outside it): a first step now, the
+        rest a step each cycle within the page budget (``landing``).
         """
         hv = self.agent.hv
         hv.pin_vcpus(domain, cpus)
@@ -1160,15 +1176,9 @@ class Optimizer:
             return True
         hv.set_nodeset(domain, nodes)
         if self.agent.opts.enforcement == placer_mod.PAGES:
-            now = self.agent.placer.memory_now(domain, {})
-            touched = sum(now.values())
-            target = {n: touched * f for n, f in cost.even(nodes).items()}
-            moves = placer_mod.moves_towards(now, target)
-            if moves:
-                mb = sum(m[2] for m in moves)
-                result = hv.move_pages(domain, moves,
-                                       self.agent.pages_allowed(mb))
-                self.agent.count_failures(result.failed)
+            land = Return(cost.even(nodes), within=True)
+            if self._step_back(domain, land) == '':
+                self.landing[domain.name] = land
         return True
 
     # -- the closed loop ------------------------------------------------------
@@ -1181,6 +1191,10 @@ class Optimizer:
                 # Nova's placement is back for the migration: nothing to
                 # judge, nothing to undo.
                 del self.checks[name]
+                continue
+            if name in self.landing:
+                # Its pages are still on their way: judged once they
+                # have landed (bring_back moves the settle time).
                 continue
             if now < check.settle:
                 continue
@@ -1504,6 +1518,8 @@ class Optimizer:
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,
             restored)
         wait = self._back_off(check.guest, now)
+        if done:
+            self.landing.pop(check.guest, None)
         if not done:
             self.counts['undo_failed'] += 1
             if domain is not None:
@@ -1563,10 +1579,32 @@ class Optimizer:
     # -- pages back after an undo ---------------------------------------------
 
     def bring_back(self) -> None:
-        """One step of every pages-back an undo left (:meth:`_step_back`),
-        within the page budget of this cycle.
+        """One step of every move's pages still landing, then of every
+        pages-back an undo left (:meth:`_step_back`), within the page
+        budget of this cycle.
         """
         agent = self.agent
+        now = agent.clock()
+        for name, land in list(self.landing.items()):
+            domain = agent.domains.get(name)
+            if domain is None or name in agent.migrating:
+                del self.landing[name]
+                continue
+            why = agent.guarded(domain, 'Moving pages of a move',
+                                self._step_back, domain, land)
+            if why == '':
+                continue
+            del self.landing[name]
+            check = self.checks.get(name)
+            if check is not None:
+                # Its verdict measures from when they have landed.
+                check.settle = max(check.settle, now + 1.0)
+            if why is not None:
+                LOG.info('Pages of %(guest)s moved to nodes %(nodes)s: '
+                         '%(why)s (%(mb)d MiB)', {
+                             'guest': name, 'why': why,
+                             'nodes': _text(sorted(land.shares)),
+                             'mb': land.moved_mb})
         for name, back in list(self.returning.items()):
             domain = agent.domains.get(name)
             if domain is None or name in agent.migrating or \
@@ -1591,15 +1629,18 @@ class Optimizer:
         now and each node has room for, besides what other guests have yet
         to touch and ``reserve_mb``. '' while under way; why it ended:
         within MIN_SHIFT of them, nothing more can move, or no nearer for
-        RETURN_STALLS steps (something, the kernel's balancing or the
-        guest itself, moves them away as fast: the agent does not chase
-        them).
+        RETURN_STALLS steps that queued pages (something, the kernel's
+        balancing or the guest itself, moves them away as fast: the agent
+        does not chase them). Also the steps of a move's pages landing
+        (``back.shares``: its even shares).
         """
         shares = back.shares
         agent = self.agent
         name = domain.name
         allowed = set(agent.nova_allowed.get(name, ()) or
                       range(agent.topology.size))
+        if back.within:
+            allowed &= set(shares)
         now = {n: mb for n, mb in agent.placer.memory_now(
             domain, {}).items() if n in allowed}
         touched = sum(now.values())
@@ -1624,20 +1665,26 @@ class Optimizer:
             return 'there, as far as its nodes have room'
         if back.left is not None and mb >= back.left:
             # Pages in flight may land later (an asynchronous backend):
-            # a few steps before giving up.
-            back.stalls += 1
+            # a few steps before giving up; a step the page budget left
+            # without pages is no stall.
+            if back.queued:
+                back.stalls += 1
             if back.stalls >= RETURN_STALLS:
                 return 'no nearer in %d steps' % RETURN_STALLS
         else:
             back.stalls = 0
             back.left = mb
+        back.queued = False
         pages = agent.pages_allowed(mb)
         if pages <= 0:
             return ''
         result = agent.hv.move_pages(domain, moves, pages)
         agent.count_failures(result.failed)
+        back.queued = True
         if result.moved <= 0:
-            return 'no page could move'
+            # None found where they were (on their way already: a stall)
+            # or none could move.
+            return 'no page could move' if result.failed else ''
         back.moved_mb += result.moved * placer_mod.page_mb()
         return ''
 
@@ -1659,6 +1706,7 @@ class Optimizer:
                 'backing_off': sum(1 for _u, until in self.backoff.values()
                                    if until > self.agent.clock()),
                 'returning': len(self.returning),
+                'landing': len(self.landing),
                 'shifting': sum(1 for since in self.shift_since.values()
                                 if self.agent.clock() - since < SHIFT_MAX),
                 'settling_s': round(self.settle_left(self.agent.clock())),

@@ -226,6 +226,12 @@ class SimHypervisor(hv_mod.Hypervisor):
         failed = {}
         free = self.host.free_mb()
         pages = self.host.pages(guest)
+        # Pages already on their way (the kernel's, or an earlier call's)
+        # are not found where they were: move_pages(2) moves a page once.
+        for entry in self.host.queue:
+            if entry[0] is guest:
+                pages[entry[1]] = max(pages.get(entry[1], 0.0) - entry[3],
+                                      0.0)
         allowed = self.host.allowed(guest)
         for src, dst, mb in moves:
             requested += mb

@@ -1458,8 +1458,11 @@ class TestClosedLoop(OptimizerTestCase):
         agent.restrictions['a'] = ((), ())
         opt = agent.optimizer
         self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
-        # The move brought its pages to node 1.
-        self.assertEqual(sum(memory.values()), self.hv.memory['a'][1])
+        # Node 1 alone: the pages outside it are the kernel's to move (the
+        # fake's does not), the agent moves none of them.
+        self.assertEqual([], self.hv.moves)
+        self.assertEqual({}, opt.landing)
+        self.set_memory('a', {1: sum(memory.values())})
         if room0 is not None:
             self.hv.add('big', {0: self.hv.free[0] - room0}, vcpu_node=0)
             self.sample(agent, 1)
@@ -2227,6 +2230,141 @@ class TestEnforcement(OptimizerTestCase):
         self.assertEqual('failed', agent.outcomes['a'].action)
 
 
+class TestLanding(OptimizerTestCase):
+    """A joint move onto nodes that hold some of the guest's pages: the
+    nodeset moves none of them; the agent evens them, a step each cycle
+    within the page budget, and judges the move once they have landed.
+    """
+
+    def moved(self, rate=1024.0):
+        """'a' (vCPUs and 4 GiB on node 0) moved to nodes 0 and 1, its
+        pages at ``rate`` MiB/s.
+        """
+        self.flags(group='numa_overhead_agent', enforcement='pages')
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        agent.rate = type(agent.rate)(rate, agent.clock)
+        self.hv.moves.clear()
+        both = {0: 0.5, 1: 0.5}
+        action = optimizer.Action('a', (0, 1), NODE0_CPUS + NODE1_CPUS,
+                                  0.5, 4.0, 2 * GIB, (both, both))
+        self.assertTrue(agent.optimizer.apply(action, self.clock.now))
+        return agent
+
+    def test_the_pages_land_a_step_each_cycle(self):
+        agent = self.moved()
+        opt = agent.optimizer
+        self.assertEqual((0, 1), self.hv.nodesets['a'])
+        # A second's budget now, the rest a step each cycle.
+        self.assertEqual([('a', 0, 1, GIB)], self.hv.moves)
+        self.assertEqual({0: 0.5, 1: 0.5}, opt.landing['a'].shares)
+        self.assertEqual(1, opt.status()['landing'])
+        steps = 0
+        while opt.landing:
+            self.clock.now += 1
+            opt.bring_back()
+            steps += 1
+            self.assertLess(steps, 10)
+        self.assertEqual(2, steps)
+        self.assertEqual([GIB, GIB], [m[3] for m in self.hv.moves])
+        self.assertEqual({0: 2 * GIB, 1: 2 * GIB}, self.hv.memory['a'])
+
+    def test_the_verdict_waits_for_the_pages(self):
+        agent = self.moved(rate=512.0)
+        opt = agent.optimizer
+        check = opt.checks['a']
+        # Measured slower while its pages are on their way: not judged.
+        end = self.progress(agent, 'a', 0.5 * IPS, check.settle)
+        self.assertEqual([], opt.verdicts(end))
+        self.assertIn('a', opt.checks)
+        self.clock.now = end
+        while opt.landing:
+            self.clock.now += 1
+            opt.bring_back()
+        # Judged from when they have landed: the samples before do not
+        # count.
+        self.assertEqual(self.clock.now + 1.0, check.settle)
+        self.assertEqual([], opt.verdicts(self.clock.now + 1))
+        end = self.progress(agent, 'a', 1.5 * IPS, check.settle)
+        self.assertEqual([('a', 'kept')], opt.verdicts(end))
+
+    def test_a_step_without_budget_is_no_stall(self):
+        agent = self.moved()
+        opt = agent.optimizer
+        land = opt.landing['a']
+        for _ in range(2 * optimizer.RETURN_STALLS):
+            # The pass's moves took this cycle's budget.
+            agent.rate.take(float('inf'))
+            opt.bring_back()
+        self.assertIn('a', opt.landing)
+        self.assertEqual(0, land.stalls)
+        self.assertEqual(1, len(self.hv.moves))
+
+    def test_pages_that_get_no_nearer_end_it(self):
+        agent = self.moved()
+        opt = agent.optimizer
+        # Something moves them back as fast as they go.
+        for _ in range(optimizer.RETURN_STALLS + 1):
+            self.set_memory({0: 3 * GIB, 1: GIB})
+            self.clock.now += 1
+            opt.bring_back()
+        self.assertEqual({}, opt.landing)
+        self.assertIn('a', opt.checks)
+
+    def set_memory(self, memory):
+        for node, mb in self.hv.memory['a'].items():
+            self.hv.free[node] += mb
+        self.hv.memory['a'] = dict(memory)
+        for node, mb in memory.items():
+            self.hv.free[node] -= mb
+
+    def test_a_move_onto_other_nodes_leaves_them_to_the_kernel(self):
+        # Node 1 alone: narrowing the nodeset moves the pages outside it.
+        self.flags(group='numa_overhead_agent', enforcement='pages')
+        self.remote('a')
+        self.set_memory({0: 4 * GIB})
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        self.hv.moves.clear()
+        self.assertTrue(agent.optimizer.apply(self.to_node1(),
+                                              self.clock.now))
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        self.assertEqual([], self.hv.moves)
+        self.assertEqual({}, agent.optimizer.landing)
+
+    def test_an_undo_a_new_move_a_restart_or_a_migration_ends_it(self):
+        for end in ('undo', 'move', 'restart', 'migration'):
+            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+            agent = self.moved()
+            opt = agent.optimizer
+            now = self.clock.now
+            if end == 'undo':
+                self.assertTrue(opt._undo(opt.checks.pop('a'), 0.5, 1.0,
+                                          now))
+            elif end == 'move':
+                self.assertTrue(opt.apply(self.to_node1(), now))
+            elif end == 'restart':
+                opt.restarted('a', now)
+            else:
+                agent.leave_for_migration('a')
+                opt.bring_back()
+            self.assertEqual({}, opt.landing, end)
+
+    def test_with_enforcement_nodeset_nothing_lands(self):
+        self.flags(group='numa_overhead_agent', enforcement='nodeset')
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        agent = self.start()
+        agent.restrictions['a'] = ((), ())
+        self.hv.moves.clear()
+        both = {0: 0.5, 1: 0.5}
+        action = optimizer.Action('a', (0, 1), NODE0_CPUS + NODE1_CPUS,
+                                  0.5, 4.0, 2 * GIB, (both, both))
+        self.assertTrue(agent.optimizer.apply(action, self.clock.now))
+        self.assertEqual([], self.hv.moves)
+        self.assertEqual({}, agent.optimizer.landing)
+
+
 class TestSettle(OptimizerTestCase):
 
     def test_no_move_until_the_host_settles(self):
@@ -2396,7 +2534,8 @@ class TestStatus(OptimizerTestCase):
                           'unjudged': 0, 'workload_changed': 0,
                           'host_changed': 0, 'stranded': 0,
                           'failed': 0, 'waiting': 0,
-                          'backing_off': 0, 'returning': 0, 'shifting': 0,
+                          'backing_off': 0, 'returning': 0, 'landing': 0,
+                          'shifting': 0,
                           'trust': 1.0,
                           'learned_miss_cost': 0, 'settling_s': 0},
                          opt.status())
@@ -2410,7 +2549,8 @@ class TestStatus(OptimizerTestCase):
                           'unjudged': 0, 'workload_changed': 0,
                           'host_changed': 0, 'stranded': 0,
                           'failed': 1, 'waiting': 2,
-                          'backing_off': 0, 'returning': 0, 'shifting': 0,
+                          'backing_off': 0, 'returning': 0, 'landing': 0,
+                          'shifting': 0,
                           'trust': 1.0,
                           'learned_miss_cost': 0, 'settling_s': 0},
                          opt.status())
@@ -2426,7 +2566,8 @@ class TestStatus(OptimizerTestCase):
                           'unjudged': 0, 'workload_changed': 0,
                           'host_changed': 0, 'stranded': 0,
                           'failed': 1, 'waiting': 0,
-                          'backing_off': 1, 'returning': 0, 'shifting': 0,
+                          'backing_off': 1, 'returning': 0, 'landing': 0,
+                          'shifting': 0,
                           'learned_miss_cost': 0, 'settling_s': 0}, status)
 
     def test_backing_off_ends_with_the_wait(self):

@@ -367,6 +367,21 @@ class TestMigration(testtools.TestCase):
         result = hv.move_pages(hv.domains()[0], [(0, 1, 1024)], 256 * 100)
         self.assertEqual(256 * 100, result.moved)
 
+    def test_move_pages_finds_no_page_already_on_its_way(self):
+        # The kernel moves the pages outside a narrowed nodeset, queued;
+        # move_pages(2) does not move them a second time.
+        host = host_mod.Host(two_nodes(64), balancing=False)
+        hv = backend.SimHypervisor(host)
+        hv.start(guest('a', memory_gb=4), preallocate=True)
+        dom = hv.domains()[0]
+        hv.set_nodeset(dom, (0, 1))
+        first = hv.move_pages(dom, [(0, 1, 3 * GIB)], None)
+        self.assertEqual(3 * GIB * 256, first.moved)
+        again = hv.move_pages(dom, [(0, 1, 3 * GIB)], None)
+        self.assertEqual(GIB * 256, again.moved)
+        self.assertEqual({}, again.failed)
+        self.assertAlmostEqual(4 * GIB, host.pending_mb(), delta=1)
+
 
 class TestKernel(testtools.TestCase):
     """Automatic NUMA balancing and the CPU scheduler."""
