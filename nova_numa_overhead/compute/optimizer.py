@@ -779,14 +779,17 @@ class Optimizer:
                 state.memory_mb).items() if f >= MIN_SHIFT)
         return nodes
 
-    def candidates(self, domain, model: cost.HostModel) -> list:
+    def candidates(self, domain, model: cost.HostModel,
+                   free=None) -> list:
         """Node sets the guest could move to: single nodes; for a guest of
         more than one vCPU also each node with its nearest neighbour, and
         the nearest larger sets where one node's CPUs are too few (pairs
         only where one node is too small was measured: worse); for a
         guest whose memory (with ``reserve_mb``) no allowed node holds,
         the nearest sets large enough to (without them it could never
-        move with its memory).
+        move with its memory). Nodes as near are taken by their room
+        (``free``: node -> MiB free, the guest's own pages counted free),
+        the most first, then by number.
         """
         topology = self.agent.topology
         nova_nodes = set(self.agent.nova_allowed.get(domain.name, ()) or
@@ -815,7 +818,8 @@ class Optimizer:
             for k in sorted(n for n in sizes if n <= len(nodes)):
                 for seed in nodes:
                     near = sorted((n for n in nodes if n != seed),
-                                  key=lambda n: (dist[seed][n], n))
+                                  key=lambda n: (dist[seed][n],
+                                                 -(free or {}).get(n, 0), n))
                     sets.append(tuple(sorted([seed] + near[:k - 1])))
         if nova_cpus:
             # The vCPUs are pinned to Nova's CPUs of the set: a set with
@@ -910,7 +914,8 @@ class Optimizer:
         allowed = set(agent.nova_cpus.get(name, ()) or
                       agent.topology.node_of_cpu())
         pages = agent.opts.enforcement == placer_mod.PAGES
-        for nodes in self.candidates(domain, host):
+        free = dict(enumerate(view.free_mb))
+        for nodes in self.candidates(domain, host, free):
             if busy.intersection(nodes):
                 continue
             target = cost.even(nodes)
