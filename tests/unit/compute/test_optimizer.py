@@ -373,6 +373,27 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual([(0,), (1,), (2,), (3,)], opt.candidates(
             agent.domains['small'], opt.host_model()))
 
+    def test_nodes_as_near_go_by_their_room(self):
+        # Four equidistant nodes: the pair seeded at each node takes the
+        # other node with the most room (node 3, then node 2), not the
+        # lowest-numbered one.
+        self.hv = fakes.FakeHypervisor(nodes=4, memory_mb=16 * GIB)
+        self.hv.add('a', {0: GIB}, vcpu_node=0, vcpus=2)
+        self.hv.add('b', {0: 8 * GIB}, vcpu_node=0, vcpus=1)
+        self.hv.add('c', {1: 8 * GIB}, vcpu_node=1, vcpus=1)
+        self.hv.add('d', {2: 4 * GIB}, vcpu_node=2, vcpus=1)
+        agent = self.start()
+        opt = agent.optimizer
+        free = dict(enumerate(agent.host_view(without='a').free_mb))
+        self.assertEqual(max(free.values()), free[3])
+        sets = opt.candidates(agent.domains['a'], opt.host_model(), free)
+        self.assertEqual({(0, 3), (1, 3), (2, 3)},
+                         {s for s in sets if len(s) == 2})
+        # Without the room: by number.
+        self.assertEqual({(0, 1), (0, 2), (0, 3)}, {
+            s for s in opt.candidates(agent.domains['a'], opt.host_model())
+            if len(s) == 2})
+
     def test_several_nodes_must_gain_spread_margin_more(self):
         # 'a' on node 0 could go to node 1 alone or to nodes 2 and 3: the
         # pair ranks by its net gain divided by 1 + SPREAD_MARGIN.
