@@ -122,6 +122,11 @@ class RateLimit:
         self.tokens -= granted
         return granted
 
+    def give_back(self, mb: float) -> None:
+        """Return ``mb`` MiB taken but not used (pages that did not move)."""
+        if self.rate > 0 and mb > 0:
+            self.tokens = min(self.rate, self.tokens + mb)
+
 
 class Agent:
     """Measures one host, reports it and places its guests' memory."""

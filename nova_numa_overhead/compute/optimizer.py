@@ -295,9 +295,11 @@ class Return:
     stalls: int = 0           # steps since it last got nearer
     moved_mb: float = 0.0
     queued: bool = False      # the last step queued pages
-    # Only the pages on the nodes of ``shares`` move (a move's: those
-    # outside its nodeset are the kernel's to move).
-    within: bool = False
+    # A move's landing: the pages outside the nodes of ``shares`` are the
+    # kernel's to move (a step that finds some there is no stall), and
+    # it ends at ``until`` (agent clock) however far it got.
+    landing: bool = False
+    until: float = math.inf
 
 
 class Optimizer:
@@ -442,6 +444,11 @@ class Optimizer:
             # its verdict would have taken.
             until = max(until, check.settle + self.opts.loop_window *
                         self.opts.sample_interval)
+            land = self.landing.get(name)
+            if land is not None:
+                # Its pages still landing: as long as they may take.
+                until = max(until, land.until + self.opts.loop_window *
+                            self.opts.sample_interval)
         left = until - self.agent.clock()
         return undos, hv_mod.format_utc(time.time() + left) \
             if left >= 1.0 else ''
@@ -1105,8 +1112,9 @@ class Optimizer:
         # pass stops (Agent._optimize logs it) and the simulator fails
         # its run (OverheadAware.step); there is none on a real host.
         seen = self.observer(action) if self.observer is not None else None
-        # The move replaces the pages the last one was still landing.
-        self.landing.pop(action.guest, None)
+        if action.with_memory:
+            # The move replaces the pages the last one was still landing.
+            self.landing.pop(action.guest, None)
         done = agent.guarded(domain, 'Optimizer move', self._move, domain,
                              nodes, action.cpus)
         if not done:
@@ -1181,7 +1189,14 @@ class Optimizer:
             return True
         hv.set_nodeset(domain, nodes)
         if self.agent.opts.enforcement == placer_mod.PAGES:
-            land = Return(cost.even(nodes), within=True)
+            agent = self.agent
+            state = agent.collector.guests.get(domain.name)
+            touched = sum(state.memory_mb.values()) if state else 0.0
+            # As long as its pages take at the page rate twice over, and
+            # EXPIRE more: a landing the page budget starves ends.
+            land = Return(cost.even(nodes), landing=True,
+                          until=agent.clock() + 2.0 * touched /
+                          self._rate() + EXPIRE)
             if self._step_back(domain, land) == '':
                 self.landing[domain.name] = land
         return True
@@ -1595,8 +1610,11 @@ class Optimizer:
             if domain is None or name in agent.migrating:
                 del self.landing[name]
                 continue
-            why = agent.guarded(domain, 'Moving pages of a move',
-                                self._step_back, domain, land)
+            if now > land.until:
+                why = 'not all there in time'
+            else:
+                why = agent.guarded(domain, 'Moving pages of a move',
+                                    self._step_back, domain, land)
             if why == '':
                 continue
             del self.landing[name]
@@ -1644,8 +1662,6 @@ class Optimizer:
         name = domain.name
         allowed = set(agent.nova_allowed.get(name, ()) or
                       range(agent.topology.size))
-        if back.within:
-            allowed &= set(shares)
         now = {n: mb for n, mb in agent.placer.memory_now(
             domain, {}).items() if n in allowed}
         touched = sum(now.values())
@@ -1672,7 +1688,10 @@ class Optimizer:
             # Pages in flight may land later (an asynchronous backend):
             # a few steps before giving up; a step the page budget left
             # without pages is no stall.
-            if back.queued:
+            # Nor one that finds pages outside a move's nodes: the
+            # kernel is still moving them (or cannot: ``until``).
+            if back.queued and not (back.landing and any(
+                    mb > 0 for n, mb in now.items() if n not in shares)):
                 back.stalls += 1
             if back.stalls >= RETURN_STALLS:
                 return 'no nearer in %d steps' % RETURN_STALLS
@@ -1685,7 +1704,13 @@ class Optimizer:
             return ''
         result = agent.hv.move_pages(domain, moves, pages)
         agent.count_failures(result.failed)
+        # What did not move goes back to the budget.
+        agent.rate.give_back((pages - result.moved) * placer_mod.page_mb())
         back.queued = True
+        if result.moved * placer_mod.page_mb() >= mb - 1.0 and \
+                not result.failed:
+            back.moved_mb += result.moved * placer_mod.page_mb()
+            return 'there, as far as its nodes have room'
         if result.moved <= 0:
             # None found where they were (on their way already: a stall)
             # or none could move.
