@@ -295,8 +295,8 @@ class Return:
     stalls: int = 0           # steps since it last got nearer
     moved_mb: float = 0.0
     queued: bool = False      # the last step queued pages
-    # A move's landing: the pages outside the nodes of ``shares`` are the
-    # kernel's to move (a step that finds some there is no stall), and
+    # A move's landing: a step that finds pages outside the nodes of
+    # ``shares`` is no stall (the kernel may still be moving them), and
     # it ends at ``until`` (agent clock) however far it got.
     landing: bool = False
     until: float = math.inf
@@ -1538,8 +1538,6 @@ class Optimizer:
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,
             restored)
         wait = self._back_off(check.guest, now)
-        if done:
-            self.landing.pop(check.guest, None)
         if not done:
             self.counts['undo_failed'] += 1
             if domain is not None:
@@ -1691,7 +1689,7 @@ class Optimizer:
             # Nor one that finds pages outside a move's nodes: the
             # kernel is still moving them (or cannot: ``until``).
             if back.queued and not (back.landing and any(
-                    mb > 0 for n, mb in now.items() if n not in shares)):
+                    now[n] > 0 for n in now if n not in shares)):
                 back.stalls += 1
             if back.stalls >= RETURN_STALLS:
                 return 'no nearer in %d steps' % RETURN_STALLS
@@ -1707,15 +1705,14 @@ class Optimizer:
         # What did not move goes back to the budget.
         agent.rate.give_back((pages - result.moved) * placer_mod.page_mb())
         back.queued = True
-        if result.moved * placer_mod.page_mb() >= mb - 1.0 and \
-                not result.failed:
-            back.moved_mb += result.moved * placer_mod.page_mb()
+        moved = result.moved * placer_mod.page_mb()
+        back.moved_mb += moved
+        if moved >= mb - 1.0 and not result.failed:
             return 'there, as far as its nodes have room'
-        if result.moved <= 0:
-            # None found where they were (on their way already: a stall)
-            # or none could move.
-            return 'no page could move' if result.failed else ''
-        back.moved_mb += result.moved * placer_mod.page_mb()
+        if moved <= 0 and result.failed:
+            return 'no page could move'
+        # Under way; none found where they were is a stall (on their way
+        # already).
         return ''
 
     def status(self) -> dict:

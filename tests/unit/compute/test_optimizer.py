@@ -90,6 +90,25 @@ class OptimizerTestCase(test_agent.AgentTestCase):
         self.assertEqual([('a', 'undone')], opt.verdicts(now))
         return opt.backoff['a']
 
+    def set_memory(self, name, memory):
+        for node, mb in self.hv.memory[name].items():
+            self.hv.free[node] += mb
+        self.hv.memory[name] = dict(memory)
+        for node, mb in memory.items():
+            self.hv.free[node] -= mb
+
+    def steps_until_done(self, opt, table):
+        """Cycles of ``opt.bring_back`` until ``table`` (returning or
+        landing) is empty, a second each; their count.
+        """
+        steps = 0
+        while table:
+            self.clock.now += 1
+            opt.bring_back()
+            steps += 1
+            self.assertLess(steps, 10)
+        return steps
+
     def to_node1(self, name='a', gain=0.5):
         return optimizer.Action(name, (1,), NODE1_CPUS, gain, 0.0, 0.0,
                                 ({1: 1.0}, {1: 1.0}))
@@ -1458,13 +1477,6 @@ class TestClosedLoop(OptimizerTestCase):
         self.assertEqual((0, 1), self.hv.nodesets['a'])
         self.assertEqual(((), NODE0_CPUS), agent.restrictions['a'])
 
-    def set_memory(self, name, memory):
-        for node, mb in self.hv.memory[name].items():
-            self.hv.free[node] += mb
-        self.hv.memory[name] = dict(memory)
-        for node, mb in memory.items():
-            self.hv.free[node] -= mb
-
     def undone_with_pages(self, memory, room0=None):
         """'a' (vCPUs on node 0, ``memory``, free) moved to node 1 and
         undone, with ``enforcement = pages``; ``room0``: MiB left free on
@@ -1517,13 +1529,7 @@ class TestClosedLoop(OptimizerTestCase):
         # 1 GiB/s from now on (the move itself was not limited).
         agent.rate = type(agent.rate)(1024.0, agent.clock)
         opt = agent.optimizer
-        steps = 0
-        while opt.returning:
-            self.clock.now += 1
-            opt.bring_back()
-            steps += 1
-            self.assertLess(steps, 10)
-        self.assertEqual(3, steps)
+        self.assertEqual(3, self.steps_until_done(opt, opt.returning))
         self.assertEqual([1024] * 3, [m[3] for m in self.hv.moves])
         self.assertAlmostEqual(3 * GIB, self.hv.memory['a'][0], delta=1)
 
@@ -2279,13 +2285,7 @@ class TestLanding(OptimizerTestCase):
         self.assertEqual([('a', 0, 1, GIB)], self.hv.moves)
         self.assertEqual({0: 0.5, 1: 0.5}, opt.landing['a'].shares)
         self.assertEqual(1, opt.status()['landing'])
-        steps = 0
-        while opt.landing:
-            self.clock.now += 1
-            opt.bring_back()
-            steps += 1
-            self.assertLess(steps, 10)
-        self.assertEqual(1, steps)
+        self.assertEqual(1, self.steps_until_done(opt, opt.landing))
         self.assertEqual([GIB, GIB], [m[3] for m in self.hv.moves])
         self.assertEqual({0: 2 * GIB, 1: 2 * GIB}, self.hv.memory['a'])
 
@@ -2325,18 +2325,11 @@ class TestLanding(OptimizerTestCase):
         opt = agent.optimizer
         # Something moves them back as fast as they go.
         for _ in range(optimizer.RETURN_STALLS + 1):
-            self.set_memory({0: 3 * GIB, 1: GIB})
+            self.set_memory('a', {0: 3 * GIB, 1: GIB})
             self.clock.now += 1
             opt.bring_back()
         self.assertEqual({}, opt.landing)
         self.assertIn('a', opt.checks)
-
-    def set_memory(self, memory):
-        for node, mb in self.hv.memory['a'].items():
-            self.hv.free[node] += mb
-        self.hv.memory['a'] = dict(memory)
-        for node, mb in memory.items():
-            self.hv.free[node] -= mb
 
     def test_pages_the_kernel_left_outside_move_too(self):
         # Node 1 alone: the kernel moves the pages outside the nodeset
@@ -2344,7 +2337,7 @@ class TestLanding(OptimizerTestCase):
         # while some are outside a step that gets no nearer is no stall.
         self.flags(group='numa_overhead_agent', enforcement='pages')
         self.remote('a')
-        self.set_memory({0: 4 * GIB})
+        self.set_memory('a', {0: 4 * GIB})
         agent = self.start()
         agent.restrictions['a'] = ((), ())
         agent.rate = type(agent.rate)(1024.0, agent.clock)
@@ -2356,7 +2349,7 @@ class TestLanding(OptimizerTestCase):
         land = opt.landing['a']
         for _ in range(optimizer.RETURN_STALLS + 1):
             # The kernel's balancing takes them back as fast.
-            self.set_memory({0: 3 * GIB, 1: GIB})
+            self.set_memory('a', {0: 3 * GIB, 1: GIB})
             self.clock.now += 1
             opt.bring_back()
         self.assertIn('a', opt.landing)
@@ -2397,16 +2390,13 @@ class TestLanding(OptimizerTestCase):
         self.assertAlmostEqual(2 * GIB, agent.rate.take(float('inf')),
                                delta=1)
 
-    def test_an_undo_a_new_move_a_restart_or_a_migration_ends_it(self):
-        for end in ('undo', 'move', 'restart', 'migration'):
+    def test_a_new_move_a_restart_or_a_migration_ends_it(self):
+        for end in ('move', 'restart', 'migration'):
             self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
             agent = self.moved()
             opt = agent.optimizer
             now = self.clock.now
-            if end == 'undo':
-                self.assertTrue(opt._undo(opt.checks.pop('a'), 0.5, 1.0,
-                                          now))
-            elif end == 'move':
+            if end == 'move':
                 self.assertTrue(opt.apply(self.to_node1(), now))
                 # The new move's own landing replaces it.
                 self.assertEqual({1: 1.0}, opt.landing.pop('a').shares)
