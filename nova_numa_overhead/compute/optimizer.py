@@ -572,8 +572,22 @@ class Optimizer:
                 ips=mean.ips, cpi=mean.cps / mean.ips,
                 rpi=mean.rps / mean.ips,
                 mpi=min(mean.mps, mean.rps) / mean.ips, stall=stall,
-                measured_mbps=measured, reach=reach))
+                measured_mbps=measured, reach=reach,
+                release=() if reach else self._release(domain)))
         return out
+
+    def _release(self, domain) -> tuple:
+        """Nodes between which the kernel would balance the guest's
+        vCPUs once pinned to every CPU Nova allows it (a move that leaves
+        them to the kernel): () for a guest Nova pinned, or whose CPUs
+        are on one node.
+        """
+        if domain.pinned:
+            return ()
+        node_of = self.agent.topology.node_of_cpu()
+        cpus = self.agent.nova_cpus.get(domain.name, ()) or node_of
+        nodes = {node_of[c] for c in cpus if c in node_of}
+        return tuple(sorted(nodes)) if len(nodes) > 1 else ()
 
     def _reach(self, domain) -> tuple:
         """Nodes between which the kernel balances the guest's vCPUs:
@@ -930,8 +944,8 @@ class Optimizer:
             kernel = allowed.issubset(self._cpus(domain, nodes))
             if kernel:
                 # Pinned to every CPU Nova allows is not pinned: the
-                # kernel keeps them where they run, balanced (cpu None
-                # to the model).
+                # kernel's load balancer places them (cpu None to the
+                # model; a guest pinned to fewer nodes now floats).
                 cpu = now_cpu
                 if not pages and set(now_mem).issubset(nodes):
                     # And a nodeset holding all its pages moves none:

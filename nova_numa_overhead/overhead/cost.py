@@ -49,7 +49,10 @@ Floating vCPUs (a guest whose vCPUs may run on CPUs of several nodes,
 ``GuestLoad.reach``) do not stay where a move crowds them: the kernel's
 load balancer moves them (:meth:`Model.balance`). A guest a change pins
 stays where it is pinned; a change may also leave a guest's vCPUs to the
-kernel (``cpu`` None). A guest pinned by Nova, or by the agent to fewer
+kernel (``cpu`` None): pinned to fewer nodes now, they float from then on
+over the nodes of the CPUs Nova allows (``GuestLoad.release``), and the
+kernel moves them onto the nodes whose cores they then share (they do
+not stay where they run). A guest pinned by Nova, or by the agent to fewer
 CPUs than Nova allows (several nodes included: the simulator keeps such a
 split too, where the kernel would balance within it), keeps its split.
 
@@ -222,6 +225,10 @@ class GuestLoad:
     # Nodes between which the kernel's load balancer moves its vCPUs (a
     # floating guest: its affinity spans them); () = they stay.
     reach: tuple = ()
+    # Nodes between which it would move them were they left to it (the
+    # nodes of the CPUs Nova allows the guest); () = they would stay
+    # (Nova pinned them, or those CPUs are on one node).
+    release: tuple = ()
 
     @property
     def intensive(self) -> bool:
@@ -305,10 +312,17 @@ class Model:
         # Nodes the host has CPUs on: the only ones vCPUs can go to.
         usable = {i for i in range(host.size) if host.threads[i] > 0}
         self.reach = {}
+        # Those a change leaving them to the kernel (``cpu`` None) sets
+        # floating (pinned now, by the agent or since they started).
+        self.release = {}
         for g in guests:
             reach = tuple(sorted(usable.intersection(g.reach)))
             if len(reach) > 1:
                 self.reach[g.name] = reach
+                continue
+            release = tuple(sorted(usable.intersection(g.release)))
+            if len(release) > 1:
+                self.release[g.name] = release
         self._base = self._aggregates(self.now)
         self.host = host = _carrying(host, self._base)
         self._ref = {name: self._reference(name) for name in self.guests}
@@ -514,19 +528,23 @@ class Model:
         kernel moves; the others keep 1.0), when the guests in
         ``changes`` (name -> (cpu, memory)) move. A ``cpu`` pins the
         guest's vCPUs there; None leaves them to the kernel (where they
-        run, balanced if the guest has a reach).
+        run, balanced if the guest has a reach or, pinned now, a
+        release: unpinned, they float).
         """
         settled = self.settled
         placement = dict(settled)
         pinned = set()
+        freed = {}
         for name, (cpu, mem) in changes.items():
             if cpu is None:
                 placement[name] = (settled[name][0], mem)
+                if name in self.release:
+                    freed[name] = self.release[name]
             else:
                 placement[name] = (cpu, mem)
                 pinned.add(name)
-        if pinned:
-            placement = self.balance(placement, pinned)
+        if pinned or freed:
+            placement = self.balance(placement, pinned, freed)
         nodes = set()
         for name, (cpu, mem) in placement.items():
             cpu0, mem0 = settled[name]
@@ -572,10 +590,12 @@ class Model:
                 break
         return dict(zip(reached, ratios))
 
-    def balance(self, placement: dict, pinned: set | tuple = ()) -> dict:
+    def balance(self, placement: dict, pinned: set | tuple = (),
+                freed=None) -> dict:
         """``placement`` as the kernel's load balancer leaves it: the
         floating vCPUs (of the guests with a ``reach``, but those in
-        ``pinned``) move, a whole vCPU at a time, from a node with more
+        ``pinned``, and of those ``freed``: name -> the nodes they float
+        over once unpinned) move, a whole vCPU at a time, from a node with more
         runnable vCPUs than cores to the nearest node with an idle core;
         with no idle core left, from the node with the most runnable
         vCPUs per CPU to the one with the fewest, while the first has
@@ -590,11 +610,12 @@ class Model:
         while a core is (the kernel counts hardware threads). A new dict;
         the entries not moved are the same objects.
         """
-        floating = sorted(name for name in self.reach
+        reach = dict(self.reach, **(freed or {}))
+        floating = sorted(name for name in reach
                           if name not in pinned and name in placement)
         if not floating:
             return placement
-        balancer = _Balancer(self, placement, floating)
+        balancer = _Balancer(self, placement, floating, reach)
         balancer.run()
         if not balancer.moved:
             return placement
@@ -626,9 +647,9 @@ class _Balancer:
     vCPUs per guest and node, the guests with a whole vCPU on each node.
     """
 
-    def __init__(self, model, placement, floating):
+    def __init__(self, model, placement, floating, reach):
         self.host = model.host
-        self.reach = model.reach
+        self.reach = reach
         self.placement = placement
         n = self.host.size
         self.load = [0.0] * n

@@ -735,6 +735,45 @@ class TestReach(OptimizerTestCase):
         self.hv.vanish_on = ('vcpu_affinity', 'a')
         self.assertEqual({'b': ()}, self.reach(agent))
 
+    def release(self, agent):
+        return {g.name: g.release for g in agent.optimizer.loads()}
+
+    def test_a_pinned_guest_would_float_over_what_nova_allows(self):
+        # Pinned to node 0 now (by whoever): a move leaving its vCPUs to
+        # the kernel lets them go over every node Nova allows.
+        self.remote()
+        self.hv.add('b', {0: 4 * GIB}, vcpu_node=0)
+        self.hv.add('c', {0: 4 * GIB}, vcpu_node=0, pinned=True)
+        self.hv.affinity['a'] = NODE0_CPUS
+        agent = self.start()
+        self.assertEqual({'a': (0, 1), 'b': (0, 1), 'c': ()},
+                         self.release(agent))
+        # Nova allows node 1's CPUs only: nowhere else to go.
+        agent.nova_cpus['a'] = NODE1_CPUS
+        self.assertEqual((), self.release(agent)['a'])
+        # Floating already: its reach says where, not its release.
+        self.hv.affinity['b'] = NODE0_CPUS + NODE1_CPUS
+        self.assertEqual(((0, 1), ()), [(g.reach, g.release) for g in
+                                        agent.optimizer.loads()
+                                        if g.name == 'b'][0])
+
+    def test_unpinning_onto_a_full_node_slows_its_guests(self):
+        # 'a' (4 vCPUs) on node 0 with its memory on node 1, node 1's 8
+        # CPUs full with 'f' (pinned there, 8 vCPUs): a move leaving a's
+        # vCPUs to the kernel, its memory on both nodes, would have them
+        # share node 1's cores with 'f'; the model sees f slower (it
+        # saw no change before: the vCPUs stayed on node 0).
+        self.remote()
+        self.hv.add('f', {1: 4 * GIB}, vcpu_node=1, vcpus=8)
+        self.hv.add('b', {0: 4 * GIB}, vcpu_node=0, vcpus=8)
+        agent = self.start()
+        model = cost.Model(agent.optimizer.host_model(),
+                           agent.optimizer.loads())
+        self.assertEqual((0, 1), model.release['a'])
+        ratios = model.predict({'a': (None, {0: 0.5, 1: 0.5})})
+        self.assertLess(ratios['f'], 0.9)
+        self.assertGreater(ratios['b'], 1.1)
+
 
 class TestMovable(OptimizerTestCase):
 

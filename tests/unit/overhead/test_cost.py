@@ -531,6 +531,53 @@ class TestKernelBalance(testtools.TestCase):
                  p=LOCAL0), {'p'})
         self.assertEqual({0: 2 / 6, 1: 4 / 6}, placement['a'][0])
 
+    def test_a_pinned_guest_left_to_the_kernel_floats(self):
+        # 'a' pinned to node 0 with 'b' (12 vCPUs on 8 cores), node 1
+        # with 'c' (6): unpinned, the kernel moves vCPUs of 'a' to node
+        # 1's idle cores, then evens the two busy nodes (as the
+        # simulator's kernel does): 9 and 9.
+        guests = [
+            dataclasses.replace(core_bound('a', {0: 1.0}, {0: 1.0},
+                                           vcpus=6), release=(0, 1)),
+            core_bound('b', {0: 1.0}, {0: 1.0}, vcpus=6),
+            core_bound('c', {1: 1.0}, {1: 1.0}, vcpus=6)]
+        model = cost.Model(host(), guests)
+        self.assertEqual({'a': (0, 1)}, model.release)
+        self.assertEqual({}, model.reach)
+        # Settled as measured: nothing floats now.
+        self.assertEqual(model.now, model.settled)
+        placement = model.balance(dict(model.settled), (),
+                                  {'a': model.release['a']})
+        self.assertEqual([9.0, 9.0], load_of(model, placement))
+        self.assertEqual({0: 0.5, 1: 0.5}, placement['a'][0])
+        ratios = model.predict({'a': (None, {0: 1.0})})
+        self.assertGreater(ratios['a'], 1.0)
+        self.assertGreater(ratios['b'], 1.0)
+        self.assertLess(ratios['c'], 1.0)
+        # Pinned where it runs, nothing changes.
+        for ratio in model.predict({'a': LOCAL0}).values():
+            self.assertAlmostEqual(1.0, ratio)
+
+    def test_unpinned_onto_a_full_node_slows_its_guests(self):
+        # Node 1 full (8 vCPUs on 8 cores), node 0 crowded (16): the
+        # kernel evens the two once 'a' floats, and node 1's guest waits
+        # for its cores, as the simulator's steady state has it.
+        guests = [
+            dataclasses.replace(core_bound('a', {0: 1.0}, {0: 1.0},
+                                           vcpus=8), release=(0, 1)),
+            core_bound('b', {0: 1.0}, {0: 1.0}, vcpus=8),
+            core_bound('c', {1: 1.0}, {1: 1.0}, vcpus=8)]
+        model = cost.Model(host(), guests)
+        ratios = model.predict({'a': (None, {0: 1.0})})
+        self.assertGreater(ratios['a'], 1.0)
+        self.assertLess(ratios['c'], 0.95)
+        # A guest Nova allows one node only, or one already floating,
+        # has no release.
+        one = cost.Model(host(), [dataclasses.replace(
+            g, release=(0,)) if g.name == 'a' else g for g in guests])
+        self.assertEqual({}, one.release)
+        self.assertNotIn('c', one.predict({'a': (None, {0: 1.0})}))
+
     def test_reach_bounds_the_nodes_its_vcpus_go_to(self):
         # Three nodes, node 0 crowded; the guest may only use 0 and 1.
         model = cost.Model(host(nodes=3), [
