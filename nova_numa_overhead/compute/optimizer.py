@@ -151,6 +151,7 @@ CALIBRATION = 256
 CALIBRATION_LOG = 50     # verdicts between two log lines of them
 CALIBRATION_MISS = 3.0   # % off the predicted speed that is a miss
 CALIBRATION_BAND = 0.005  # a speed predicted within this of 1: no change
+NO_MEMORY = 'no memory measured'  # a step of pages that read none
 UNSEEN_WAIT = 60.0       # seconds a guest the model cannot see yet keeps
 #                          other guests off its nodes (its counters may
 #                          never come: not for ever); longer where the
@@ -300,6 +301,9 @@ class Return:
     # it ends at ``until`` (agent clock) however far it got.
     landing: bool = False
     until: float = math.inf
+    # Steps in a row that failed or could not read its memory (a
+    # landing tries again next cycle, RETURN_STALLS times).
+    failures: int = 0
 
 
 class Optimizer:
@@ -1627,6 +1631,15 @@ class Optimizer:
             else:
                 why = agent.guarded(domain, 'Moving pages of a move',
                                     self._step_back, domain, land)
+                if why is None or why == NO_MEMORY:
+                    # Failed (logged) or its memory unread: a libvirt or
+                    # /proc hiccup; tried again next cycle, a few times.
+                    land.failures += 1
+                    if land.failures < RETURN_STALLS:
+                        continue
+                    why = why and '%s in %d steps' % (why, RETURN_STALLS)
+                else:
+                    land.failures = 0
             if why == '':
                 continue
             del self.landing[name]
@@ -1678,7 +1691,7 @@ class Optimizer:
             domain, {}).items() if n in allowed}
         touched = sum(now.values())
         if touched <= 0:
-            return 'no memory measured'
+            return NO_MEMORY
         view = agent.host_view(without=name)
         target = {}
         for node, share in shares.items():

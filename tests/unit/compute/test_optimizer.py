@@ -2413,6 +2413,44 @@ class TestLanding(OptimizerTestCase):
         self.assertEqual({}, opt.landing)
         self.assertEqual(self.clock.now + 1.0, opt.checks['a'].settle)
 
+    def test_a_failed_step_is_tried_again(self):
+        # A libvirt hiccup: the landing goes on at the next cycle.
+        agent = self.moved()
+        opt = agent.optimizer
+        land = opt.landing['a']
+        self.hv.raise_on[('move_pages', 'a')] = hv_mod.HypervisorError('x')
+        self.clock.now += 1
+        opt.bring_back()
+        self.assertIs(land, opt.landing['a'])
+        self.assertEqual(1, land.failures)
+        del self.hv.raise_on[('move_pages', 'a')]
+        self.assertEqual(1, self.steps_until_done(opt, opt.landing))
+        self.assertEqual(0, land.failures)
+        self.assertEqual({0: 2 * GIB, 1: 2 * GIB}, self.hv.memory['a'])
+
+    def test_failing_steps_or_no_memory_read_end_it(self):
+        for kind in ('error', 'unread'):
+            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+            agent = self.moved()
+            opt = agent.optimizer
+            if kind == 'error':
+                self.hv.raise_on[('move_pages', 'a')] = \
+                    hv_mod.HypervisorError('x')
+            with mock.patch.object(agent.placer, 'memory_now',
+                                   autospec=True,
+                                   side_effect=agent.placer.memory_now
+                                   if kind == 'error' else
+                                   lambda domain, pending: {}):
+                for _ in range(optimizer.RETURN_STALLS - 1):
+                    self.clock.now += 1
+                    opt.bring_back()
+                    self.assertIn('a', opt.landing, kind)
+                self.clock.now += 1
+                opt.bring_back()
+            self.assertEqual({}, opt.landing, kind)
+            # Judged from then on.
+            self.assertEqual(self.clock.now + 1.0, opt.checks['a'].settle)
+
     def test_a_vcpu_move_keeps_the_landing(self):
         agent = self.moved()
         opt = agent.optimizer
