@@ -953,7 +953,8 @@ class Optimizer:
                 cpu = now_cpu
                 if not pages and set(now_mem).issubset(nodes):
                     # And a nodeset holding all its pages moves none:
-                    # nothing would change.
+                    # nothing would change (but a pinned guest's vCPUs
+                    # floating: not a move of its own here).
                     continue
             room = sum(view.free_mb[n] - (taken or {}).get(n, 0.0)
                        for n in nodes)
@@ -1032,8 +1033,10 @@ class Optimizer:
         if moved < touched * MIN_SHIFT:
             return None
         model = cost.Model(self.host_model(), loads)
-        # Its vCPUs stay the kernel's.
-        gain = self.trust * model.gain({name: (None, target)})
+        # Its vCPUs stay where they run: the kernel's if they float now,
+        # else where they are pinned (None would unpin them: a release).
+        keep = model.settled[name][0] if name in model.release else None
+        gain = self.trust * model.gain({name: (keep, target)})
         price = moved * MOVE_COST
         if gain * self.opts.payback_horizon >= self.opts.gain_margin * price:
             return None
@@ -1215,7 +1218,20 @@ class Optimizer:
             land = Return(cost.even(nodes), landing=True,
                           until=agent.clock() + 2.0 * touched /
                           self._rate() + EXPIRE)
-            if self._step_back(domain, land) == '':
+            try:
+                first = self._step_back(domain, land)
+            except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
+                raise
+            except Exception as exc:
+                # The vCPUs and the nodeset are set: the move stands, its
+                # pages go on landing (tried again next cycle).
+                agent.guest_error(domain.name, 'Moving pages of a move',
+                                  exc)
+                first = None
+            if first is None or first == NO_MEMORY:
+                land.failures = 1
+                self.landing[domain.name] = land
+            elif first == '':
                 self.landing[domain.name] = land
         return True
 
@@ -1637,7 +1653,8 @@ class Optimizer:
                     land.failures += 1
                     if land.failures < RETURN_STALLS:
                         continue
-                    why = why and '%s in %d steps' % (why, RETURN_STALLS)
+                    why = ('failed or read no memory in %d steps in a '
+                           'row' % RETURN_STALLS)
                 else:
                     land.failures = 0
             if why == '':
@@ -1727,7 +1744,12 @@ class Optimizer:
         pages = agent.pages_allowed(mb)
         if pages <= 0:
             return ''
-        result = agent.hv.move_pages(domain, moves, pages)
+        try:
+            result = agent.hv.move_pages(domain, moves, pages)
+        except Exception:
+            # Nothing moved: the budget it took goes back.
+            agent.rate.give_back(pages * placer_mod.page_mb())
+            raise
         agent.count_failures(result.failed)
         # What did not move goes back to the budget.
         agent.rate.give_back((pages - result.moved) * placer_mod.page_mb())

@@ -49,12 +49,15 @@ Floating vCPUs (a guest whose vCPUs may run on CPUs of several nodes,
 ``GuestLoad.reach``) do not stay where a move crowds them: the kernel's
 load balancer moves them (:meth:`Model.balance`). A guest a change pins
 stays where it is pinned; a change may also leave a guest's vCPUs to the
-kernel (``cpu`` None): pinned to fewer nodes now, they float from then on
-over the nodes of the CPUs Nova allows (``GuestLoad.release``), and the
-kernel moves them onto the nodes whose cores they then share (they do
-not stay where they run). A guest pinned by Nova, or by the agent to fewer
-CPUs than Nova allows (several nodes included: the simulator keeps such a
-split too, where the kernel would balance within it), keeps its split.
+kernel (``cpu`` None): a guest that does not float now (pinned to fewer
+CPUs than Nova allows it, by the agent or since it started, or whose
+affinity is unknown) floats from then on over the nodes of the CPUs Nova
+allows it (``GuestLoad.release``), and the balancer moves its vCPUs off
+a node with more runnable vCPUs than cores as it moves any floating
+guest's. A guest pinned by Nova, or by the agent to fewer CPUs than Nova
+allows (several nodes included: the simulator keeps such a split too,
+where the kernel would balance within it), keeps its split unless a
+change leaves it to the kernel.
 
 The constants are documented assumptions, not fitted to the simulator;
 the closed loop (:mod:`nova_numa_overhead.compute.optimizer`) undoes what
@@ -227,7 +230,8 @@ class GuestLoad:
     reach: tuple = ()
     # Nodes between which it would move them were they left to it (the
     # nodes of the CPUs Nova allows the guest); () = they would stay
-    # (Nova pinned them, or those CPUs are on one node).
+    # (Nova pinned them, or those CPUs are on one node), or the guest
+    # floats already (its reach says where).
     release: tuple = ()
 
     @property
@@ -593,12 +597,12 @@ class Model:
     def balance(self, placement: dict, pinned: set | tuple = (),
                 freed=None) -> dict:
         """``placement`` as the kernel's load balancer leaves it: the
-        floating vCPUs (of the guests with a ``reach``, but those in
-        ``pinned``, and of those ``freed``: name -> the nodes they float
-        over once unpinned) move, a whole vCPU at a time, from a node with more
-        runnable vCPUs than cores to the nearest node with an idle core;
-        with no idle core left, from the node with the most runnable
-        vCPUs per CPU to the one with the fewest, while the first has
+        floating vCPUs (of the guests with a ``reach`` and of those
+        ``freed``, name -> the nodes they float over once unpinned; not
+        of those in ``pinned``) move, a whole vCPU at a time, from a node
+        with more runnable vCPUs than cores to the nearest node with an
+        idle core; with no idle core left, from the node with the most
+        runnable vCPUs per CPU to the one with the fewest, while the first has
         more than IMBALANCE_PCT percent of the second's and the move does
         not overshoot (find_busiest_group and calculate_imbalance between
         NUMA nodes); a node whose floating vCPUs cannot go anywhere is

@@ -748,8 +748,9 @@ class TestReach(OptimizerTestCase):
         agent = self.start()
         self.assertEqual({'a': (0, 1), 'b': (0, 1), 'c': ()},
                          self.release(agent))
-        # Nova allows node 1's CPUs only: nowhere else to go.
-        agent.nova_cpus['a'] = NODE1_CPUS
+        # Nova allows node 1's CPUs only (and one the host does not
+        # have): nowhere else to go.
+        agent.nova_cpus['a'] = NODE1_CPUS + (999,)
         self.assertEqual((), self.release(agent)['a'])
         # Floating already: its reach says where, not its release.
         self.hv.affinity['b'] = NODE0_CPUS + NODE1_CPUS
@@ -758,8 +759,9 @@ class TestReach(OptimizerTestCase):
                                         if g.name == 'b'][0])
 
     def test_unpinning_onto_a_full_node_slows_its_guests(self):
-        # 'a' (4 vCPUs) on node 0 with its memory on node 1, node 1's 8
-        # CPUs full with 'f' (pinned there, 8 vCPUs): a move leaving a's
+        # 'a' (2 vCPUs) on node 0 with 'b' (8), its memory on node 1;
+        # node 1's 8 CPUs full with 'f' (8 vCPUs, running there: no
+        # affinity over several nodes, so it stays): a move leaving a's
         # vCPUs to the kernel, its memory on both nodes, would have them
         # share node 1's cores with 'f'; the model sees f slower (it
         # saw no change before: the vCPUs stayed on node 0).
@@ -2024,6 +2026,26 @@ class TestJudge(OptimizerTestCase):
         self.assertIsNone(agent.optimizer.judge(
             'a', {0: 1.0}, {1: 4 * GIB}, {0: 4 * GIB}))
 
+    def test_a_pinned_guests_vcpus_stay_where_they_run(self):
+        # The placer moves memory only: a guest pinned to node 0 (with a
+        # release over both nodes) is judged with its vCPUs there, not
+        # left to the kernel.
+        self.remote('a')
+        agent = self.start()
+        calls = []
+        real = cost.Model.gain
+
+        def gain(model, changes):
+            calls.append((dict(model.release), changes))
+            return real(model, changes)
+        with mock.patch.object(cost.Model, 'gain', autospec=True,
+                               side_effect=gain):
+            agent.optimizer.judge('a', {0: 1.0}, {1: 4 * GIB},
+                                  {0: 4 * GIB})
+        release, changes = calls[0]
+        self.assertEqual((0, 1), release['a'])
+        self.assertEqual(({0: 1.0}, {0: 1.0}), changes['a'])
+
     def test_a_plan_is_priced_by_the_mib_it_moves_not_the_rate(self):
         # 4 GiB to its vCPUs: 8 guest-seconds, twice (gain_margin) 16 over
         # the 120 s horizon: a gain of 0.14 pays, 0.13 does not, at any
@@ -2427,6 +2449,43 @@ class TestLanding(OptimizerTestCase):
         self.assertEqual(1, self.steps_until_done(opt, opt.landing))
         self.assertEqual(0, land.failures)
         self.assertEqual({0: 2 * GIB, 1: 2 * GIB}, self.hv.memory['a'])
+
+    def test_a_first_step_that_fails_or_reads_nothing_still_lands(self):
+        # The vCPUs and the nodeset are set: the move stands and its
+        # pages are tried again next cycle.
+        for kind in ('error', 'unread'):
+            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
+            self.flags(group='numa_overhead_agent', enforcement='pages')
+            self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+            agent = self.start()
+            agent.restrictions['a'] = ((), ())
+            opt = agent.optimizer
+            both = {0: 0.5, 1: 0.5}
+            action = optimizer.Action('a', (0, 1), NODE0_CPUS + NODE1_CPUS,
+                                      0.5, 4.0, 2 * GIB, (both, both))
+            if kind == 'error':
+                self.hv.raise_on[('move_pages', 'a')] = \
+                    hv_mod.HypervisorError('x')
+                self.assertTrue(opt.apply(action, self.clock.now))
+                del self.hv.raise_on[('move_pages', 'a')]
+            else:
+                with mock.patch.object(agent.placer, 'memory_now',
+                                       autospec=True,
+                                       return_value={}):
+                    self.assertTrue(opt.apply(action, self.clock.now))
+            self.assertEqual(1, opt.landing['a'].failures, kind)
+            self.assertEqual(0, opt.counts['failed'], kind)
+            self.assertIn('a', opt.checks, kind)
+            self.assertEqual(1, self.steps_until_done(opt, opt.landing))
+            self.assertEqual({0: 2 * GIB, 1: 2 * GIB}, self.hv.memory['a'])
+
+    def test_a_failed_step_gives_its_budget_back(self):
+        agent = self.moved()
+        self.hv.raise_on[('move_pages', 'a')] = hv_mod.HypervisorError('x')
+        self.clock.now += 1
+        agent.optimizer.bring_back()
+        self.assertAlmostEqual(1024.0, agent.rate.take(float('inf')),
+                               delta=1)
 
     def test_failing_steps_or_no_memory_read_end_it(self):
         for kind in ('error', 'unread'):

@@ -571,12 +571,16 @@ class TestKernelBalance(testtools.TestCase):
         ratios = model.predict({'a': (None, {0: 1.0})})
         self.assertGreater(ratios['a'], 1.0)
         self.assertLess(ratios['c'], 0.95)
-        # A guest Nova allows one node only, or one already floating,
-        # has no release.
+        # A guest Nova allows one node only has no release...
         one = cost.Model(host(), [dataclasses.replace(
             g, release=(0,)) if g.name == 'a' else g for g in guests])
         self.assertEqual({}, one.release)
         self.assertNotIn('c', one.predict({'a': (None, {0: 1.0})}))
+        # ... and one floating already has its reach instead.
+        both = cost.Model(host(), [dataclasses.replace(
+            g, reach=(0, 1)) if g.name == 'a' else g for g in guests])
+        self.assertEqual({}, both.release)
+        self.assertEqual({'a': (0, 1)}, both.reach)
 
     def test_reach_bounds_the_nodes_its_vcpus_go_to(self):
         # Three nodes, node 0 crowded; the guest may only use 0 and 1.
@@ -633,13 +637,16 @@ class TestPredictIterations(testtools.TestCase):
         settled = model.settled
         placement = dict(settled)
         pinned = set()
+        freed = {}
         for name, (cpu, mem) in changes.items():
             placement[name] = (settled[name][0] if cpu is None else cpu,
                                mem)
             if cpu is not None:
                 pinned.add(name)
-        if pinned:
-            placement = model.balance(placement, pinned)
+            elif name in model.release:
+                freed[name] = model.release[name]
+        if pinned or freed:
+            placement = model.balance(placement, pinned, freed)
         nodes = set()
         for name, (cpu, mem) in placement.items():
             if name in changes or (cpu, mem) != settled[name]:
@@ -678,6 +685,9 @@ class TestPredictIterations(testtools.TestCase):
                 total = sum(mem.values())
                 reach = tuple(sorted(rng.sample(range(nodes),
                                                 rng.randrange(1, nodes + 1))))
+                # A guest pinned to one node now may float once unpinned.
+                release = tuple(range(nodes)) if len(reach) == 1 and \
+                    rng.random() < 0.5 else ()
                 g = guest('g%d' % i, {cpu: 1.0},
                           {n: f / total for n, f in mem.items()},
                           vcpus=rng.randrange(1, 10),
@@ -685,7 +695,8 @@ class TestPredictIterations(testtools.TestCase):
                           rpi=rng.choice((0.0005, 0.02, 0.05)),
                           mpi=rng.uniform(0.0001, 0.01),
                           stall=rng.choice((None, 0.3)))
-                guests.append(dataclasses.replace(g, reach=reach))
+                guests.append(dataclasses.replace(g, reach=reach,
+                                                  release=release))
             model = cost.Model(host(nodes=nodes, cpus=rng.choice((4, 8)),
                                     bandwidth_mbps=rng.choice((5e3, 2e4))),
                                guests)

@@ -53,7 +53,6 @@ KNOWN_SWEEP = {
     'sweep-101-4': ('oracle',),
     'sweep-101-5': ('win', 'oracle'),
     'sweep-101-7': ('oracle',),
-    'sweep-101-8': ('oracle',),
     'sweep-101-9': ('win', 'oracle'),
 }
 
