@@ -450,6 +450,35 @@ class TestPlan(OptimizerTestCase):
         self.assertEqual([((2, 3), round((0.06 - net) / margin, 3))],
                          plan(0.06, order=((2, 3),)))
 
+    def test_neighbours_gains_count_at_neighbour_gain(self):
+        # 'a' to node 1: itself +0.02, its neighbour 'n' +0.1, another
+        # 'm' -0.01. The decision weighs n's gain at NEIGHBOUR_GAIN, m's
+        # loss in full; the verdict measures against the model's own net.
+        self.hv.add('a', {0: 1 * GIB}, vcpu_node=0, vcpus=2)
+        self.hv.add('n', {0: 1 * GIB}, vcpu_node=0, vcpus=2)
+        self.hv.add('m', {1: 1 * GIB}, vcpu_node=1, vcpus=2)
+        agent = self.start()
+        opt = agent.optimizer
+
+        def predict(model, changes, iterations=10):
+            if set(changes) != {'a'}:
+                return {}
+            return {'a': 1.02, 'n': 1.1, 'm': 0.99}
+        with mock.patch.object(opt, 'candidates', autospec=True,
+                               return_value=[(1,)]), \
+                mock.patch.object(cost.Model, 'predict', autospec=True,
+                                  side_effect=predict), \
+                mock.patch.object(opt, 'movable', autospec=True,
+                                  return_value=[agent.domains['a']]):
+            actions = opt.plan(self.clock.now)
+        self.assertEqual(1, len(actions))
+        action = actions[0]
+        self.assertAlmostEqual(
+            0.02 + 0.1 * optimizer.NEIGHBOUR_GAIN - 0.01, action.gain)
+        self.assertAlmostEqual(0.02 + 0.1 - 0.01, action.net)
+        self.assertTrue(opt.apply(action, self.clock.now))
+        self.assertAlmostEqual(action.net, opt.checks['a'].predicted)
+
     def test_vcpus_alone_onto_several_nodes_rank_by_the_margin_too(self):
         # 'b' runs on node 0, its memory on nodes 1, 2 and 3; no node has
         # room for a joint move (reserve_mb): its vCPUs alone could go to
