@@ -30,8 +30,6 @@ KNOWN_BUILTIN = {
     'churn': ('win',),
     'llc-2': ('oracle',),
     'mc-2': ('oracle',),
-    'mc-4': ('oracle',),
-    'mc-6': ('oracle',),
     'mc-8': ('win', 'oracle'),
     'memory-16g': ('win', 'oracle'),
     'memory-32g': ('win', 'oracle'),
