@@ -1242,22 +1242,28 @@ class Optimizer:
             land = Return(cost.even(nodes), landing=True,
                           until=agent.clock() + 2.0 * touched /
                           self._rate() + EXPIRE)
-            try:
-                first = self._step_back(domain, land)
-            except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
-                raise
-            except Exception as exc:
-                # The vCPUs and the nodeset are set: the move stands, its
-                # pages go on landing (tried again next cycle).
-                agent.guest_error(domain.name, 'Moving pages of a move',
-                                  exc)
-                first = None
-            if first is None or first == NO_MEMORY:
-                land.failures = 1
-                self.landing[domain.name] = land
-            elif first == '':
+            # A first step that fails leaves the move standing (its
+            # vCPUs and nodeset are set): its pages go on landing.
+            if self._landing_step(domain, land) == '':
                 self.landing[domain.name] = land
         return True
+
+    def _landing_step(self, domain, land) -> str:
+        """One step of a move's pages landing (:meth:`_step_back`): ''
+        while under way, else why it ended. A step that fails (logged) or
+        reads none of the guest's memory, a libvirt or /proc hiccup, is
+        tried again next cycle, RETURN_STALLS times in a row at most.
+        """
+        why = self.agent.guarded(domain, 'Moving pages of a move',
+                                 self._step_back, domain, land)
+        if why is None or why == NO_MEMORY:
+            land.failures += 1
+            if land.failures < RETURN_STALLS:
+                return ''
+            return ('failed or read no memory in %d steps in a row'
+                    % RETURN_STALLS)
+        land.failures = 0
+        return why
 
     # -- the closed loop ------------------------------------------------------
 
@@ -1669,18 +1675,7 @@ class Optimizer:
             if now > land.until:
                 why = 'not all there in time'
             else:
-                why = agent.guarded(domain, 'Moving pages of a move',
-                                    self._step_back, domain, land)
-                if why is None or why == NO_MEMORY:
-                    # Failed (logged) or its memory unread: a libvirt or
-                    # /proc hiccup; tried again next cycle, a few times.
-                    land.failures += 1
-                    if land.failures < RETURN_STALLS:
-                        continue
-                    why = ('failed or read no memory in %d steps in a '
-                           'row' % RETURN_STALLS)
-                else:
-                    land.failures = 0
+                why = self._landing_step(domain, land)
             if why == '':
                 continue
             del self.landing[name]
@@ -1688,12 +1683,11 @@ class Optimizer:
             if check is not None:
                 # Its verdict measures from when they have landed.
                 check.settle = max(check.settle, now + 1.0)
-            if why is not None:
-                LOG.info('Pages of %(guest)s moved to nodes %(nodes)s: '
-                         '%(why)s (%(mb)d MiB)', {
-                             'guest': name, 'why': why,
-                             'nodes': _text(sorted(land.shares)),
-                             'mb': land.moved_mb})
+            LOG.info('Pages of %(guest)s moved to nodes %(nodes)s: '
+                     '%(why)s (%(mb)d MiB)', {
+                         'guest': name, 'why': why,
+                         'nodes': _text(sorted(land.shares)),
+                         'mb': land.moved_mb})
         for name, back in list(self.returning.items()):
             domain = agent.domains.get(name)
             if domain is None or name in agent.migrating or \

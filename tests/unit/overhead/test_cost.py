@@ -396,6 +396,16 @@ def floating(name, cpu, memory, vcpus, reach=(0, 1), **kwargs):
     return dataclasses.replace(g, reach=tuple(reach), **kwargs)
 
 
+def unpinnable(vcpus):
+    """'a' and 'b' pinned to node 0, 'c' to node 1, ``vcpus`` each; 'a'
+    would float over both nodes were it left to the kernel.
+    """
+    return [dataclasses.replace(core_bound('a', {0: 1.0}, {0: 1.0}, vcpus),
+                                release=(0, 1)),
+            core_bound('b', {0: 1.0}, {0: 1.0}, vcpus),
+            core_bound('c', {1: 1.0}, {1: 1.0}, vcpus)]
+
+
 def load_of(model, placement):
     return [sum(model.guests[g].vcpus * cpu.get(n, 0.0)
                 for g, (cpu, _m) in placement.items())
@@ -536,12 +546,7 @@ class TestKernelBalance(testtools.TestCase):
         # with 'c' (6): unpinned, the kernel moves vCPUs of 'a' to node
         # 1's idle cores, then evens the two busy nodes (as the
         # simulator's kernel does): 9 and 9.
-        guests = [
-            dataclasses.replace(core_bound('a', {0: 1.0}, {0: 1.0},
-                                           vcpus=6), release=(0, 1)),
-            core_bound('b', {0: 1.0}, {0: 1.0}, vcpus=6),
-            core_bound('c', {1: 1.0}, {1: 1.0}, vcpus=6)]
-        model = cost.Model(host(), guests)
+        model = cost.Model(host(), unpinnable(vcpus=6))
         self.assertEqual({'a': (0, 1)}, model.release)
         self.assertEqual({}, model.reach)
         # Settled as measured: nothing floats now.
@@ -562,11 +567,7 @@ class TestKernelBalance(testtools.TestCase):
         # Node 1 full (8 vCPUs on 8 cores), node 0 crowded (16): the
         # kernel evens the two once 'a' floats, and node 1's guest waits
         # for its cores, as the simulator's steady state has it.
-        guests = [
-            dataclasses.replace(core_bound('a', {0: 1.0}, {0: 1.0},
-                                           vcpus=8), release=(0, 1)),
-            core_bound('b', {0: 1.0}, {0: 1.0}, vcpus=8),
-            core_bound('c', {1: 1.0}, {1: 1.0}, vcpus=8)]
+        guests = unpinnable(vcpus=8)
         model = cost.Model(host(), guests)
         ratios = model.predict({'a': (None, {0: 1.0})})
         self.assertGreater(ratios['a'], 1.0)
