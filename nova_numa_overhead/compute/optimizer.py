@@ -43,15 +43,19 @@ share.
 Closed loop: once a moved guest's pages have landed, its progress
 (instructions per second) over ``loop_window`` samples is compared with
 the same window before the move, and so are the guests on the nodes it
-left and joined. The move is undone (the guest goes back where it ran, its
+left and joined (but those moved in the same pass: each has its own
+verdict). The move is undone (the guest goes back where it ran, its
 pages too: the kernel moves those outside a narrowed nodeset, and with
 ``enforcement = pages`` an undo to Nova's nodes moves them back a step
 each cycle; and it is left alone for a backoff that doubles with every
 undo) when the
 sum of their relative changes is below ``-undo_threshold``, when those
 nodes run fewer instructions per second in all by more than
-``undo_threshold``, or when the guest itself lost more than
-``WORST_FACTOR`` times it; but not where the undo would strand the
+``undo_threshold``, when the guest itself lost more than
+``WORST_FACTOR`` times it, or when the guest, predicted to gain, lost
+more than ``undo_threshold`` (the model misjudged the very guest it
+moved; the neighbours' measured gains, the noisiest part of a verdict,
+do not keep such a move); but not where the undo would strand the
 guest (less than STRANDED of the memory it had before coming back, its
 vCPUs would run away from most of its pages: :meth:`Optimizer._stranded`):
 the move then stays, counted as ``kept`` and ``stranded``, the guest
@@ -134,6 +138,7 @@ MIN_SHIFT = 0.05         # share of a guest's pages worth a move
 PREDICTIONS = 400
 ADVICE_INTERVAL = 60.0   # seconds between passes that can only advise
 WORST_FACTOR = 3.0       # a single guest may lose 3 x undo_threshold
+#                          (undo_threshold where it was predicted to gain)
 STRANDED = 0.5           # an undo that could bring back less than this
 #                          share of the guest's pages is not made
 TRUST_START = 1.0        # trust in the model before any verdict
@@ -273,6 +278,11 @@ class Check:
     # without), so the verdict is then taken on the guest's own progress
     # alone.
     host_changed: bool = False
+    # Its own predicted speed after / before with every move of its pass
+    # (None: effects[guest]), and the guests those moves moved: each of
+    # them has its own verdict, none counts in another's.
+    expected: float | None = None
+    together: tuple = ()
 
 
 @dataclasses.dataclass
@@ -296,6 +306,10 @@ class Action:
     # gains in full (``gain`` counts them at NEIGHBOUR_GAIN): what its
     # verdict measures against (None: ``gain``).
     net: float | None = None
+    # Set once its pass is chosen: its guest's predicted speed after /
+    # before with every move of the pass, and the other guests moved.
+    expected: float | None = None
+    together: tuple = ()
 
 
 @dataclasses.dataclass
@@ -890,9 +904,17 @@ class Optimizer:
         horizon = float(self.opts.payback_horizon)
         committed = {}
         taken = {}            # node -> MiB the moves chosen so far need
-        # Nodes a move waiting for its verdict joined: another move onto
-        # them would blur its verdict (guests leaving a crowded node
-        # together do not).
+        joined = set()        # nodes the moves chosen so far join
+        # Nodes a move of an earlier pass waiting for its verdict joined:
+        # another move onto them would blur its verdict (guests leaving a
+        # crowded node together do not). The moves of one pass may join
+        # the same nodes: each is predicted with those chosen before it
+        # (guests leaving a crowded node for an idle one go together, as
+        # numad moves them), each verdict leaves the others out and
+        # expects what the whole pass was predicted to do to its guest;
+        # but a move that leaves the vCPUs to the kernel shares no node
+        # with another of its pass (the balancer places them, the part
+        # of the model least sure, over every node Nova allows).
         busy = set()
         for check in self.checks.values():
             busy.update(check.nodes)
@@ -919,7 +941,8 @@ class Optimizer:
                     continue
                 best = self._best_for(domain, model, host, committed,
                                       horizon, budget if actions else
-                                      float('inf'), best, taken, busy)
+                                      float('inf'), best, taken, busy,
+                                      joined)
             if best is None:
                 break
             actions.append(best)
@@ -929,14 +952,24 @@ class Optimizer:
                 memory = self.agent.domains[best.guest].memory_mb
                 for node, share in best.predicted[1].items():
                     taken[node] = taken.get(node, 0.0) + memory * share
-            busy.update(best.nodes)
+            if best.predicted[0] is None:
+                busy.update(best.nodes)
+            joined.update(best.nodes)
+        for i, action in enumerate(actions):
+            # What its verdict will measure: its own change and what the
+            # later moves of the pass were predicted to do to it.
+            action.expected = math.prod(
+                later.effects.get(action.guest, 1.0)
+                for later in actions[i:])
+            action.together = tuple(a.guest for a in actions
+                                    if a is not action)
         if self._left <= 0 and movable:
             self._start += reached
             self.counts['budget'] += 1
         return actions
 
     def _best_for(self, domain, model, host, committed, horizon,
-                  budget, best, taken=None, busy=()):
+                  budget, best, taken=None, busy=(), joined=frozenset()):
         agent = self.agent
         name = domain.name
         state = agent.collector.guests.get(name)
@@ -955,11 +988,15 @@ class Optimizer:
         pages = agent.opts.enforcement == placer_mod.PAGES
         free = dict(enumerate(view.free_mb))
         for nodes in self.candidates(domain, host, free):
-            if busy.intersection(nodes):
+            kernel = allowed.issubset(self._cpus(domain, nodes))
+            if busy.intersection(nodes) or \
+                    kernel and not joined.isdisjoint(nodes):
+                # Left to the kernel, not onto nodes another move of the
+                # pass joins either (the balancer places its vCPUs, the
+                # part of the model least sure).
                 continue
             target = cost.even(nodes)
             cpu = target
-            kernel = allowed.issubset(self._cpus(domain, nodes))
             if kernel:
                 # Pinned to every CPU Nova allows is not pinned: the
                 # kernel's load balancer places them (cpu None to the
@@ -1200,7 +1237,8 @@ class Optimizer:
                 # left since: the neighbours' change is partly its going.
                 host_changed=self.left_at is not None and
                 now - self.left_at < self.opts.loop_window *
-                self.opts.sample_interval)
+                self.opts.sample_interval,
+                expected=action.expected, together=tuple(action.together))
         else:
             # Nothing to judge it against (measured fewer than
             # loop_window samples): left alone until it settles, counted.
@@ -1319,8 +1357,20 @@ class Optimizer:
             total = (after.ips + after_n) / (check.before + before_n) \
                 if check.before + before_n > 0 else 1.0
             threshold = self.opts.undo_threshold
-            if net >= -threshold and total >= 1.0 - threshold and \
-                    own >= 1.0 - WORST_FACTOR * threshold:
+            # Predicted to gain, it lost beyond the threshold: the model
+            # misjudged the guest it moved, and the neighbours' measured
+            # gains (the noisiest part of a verdict, other moves in them)
+            # do not keep the move.
+            expected = check.expected if check.expected is not None \
+                else check.effects.get(name, 1.0)
+            misjudged = expected > 1.0 + CALIBRATION_BAND and \
+                own < 1.0 - threshold
+            summed = net >= -threshold and total >= 1.0 - threshold and \
+                own >= 1.0 - WORST_FACTOR * threshold
+            if summed and misjudged:
+                # Counted: the sum alone would have kept it.
+                self.counts['misjudged'] += 1
+            if summed and not misjudged:
                 self._keep(check, own, hood, now)
                 out.append((name, 'kept'))
             elif (stranded := self._stranded(check)) is not None:
@@ -1427,6 +1477,9 @@ class Optimizer:
         measured = {}
         before = after = 0.0
         for other, ips in check.neighbours.items():
+            if other in check.together:
+                # Moved in the same pass: judged by its own verdict.
+                continue
             mean = self._mean(other, since=check.settle)
             if mean is None or ips <= 0 or \
                     _changed(check.rpi.get(other), mean) is not None:
@@ -1794,6 +1847,7 @@ class Optimizer:
                 'workload_changed': self.counts['workload_changed'],
                 'host_changed': self.counts['host_changed'],
                 'stranded': self.counts['stranded'],
+                'misjudged': self.counts['misjudged'],
                 'failed': self.counts['failed'] +
                 self.counts['undo_failed'],
                 'waiting': len(self.checks),
@@ -1896,7 +1950,9 @@ def _judged(own, hood, check) -> str:
         neighbours = 'its neighbours not judged (guests started or left)'
     else:
         neighbours = 'its neighbours %+.1f%%' % ((hood - 1) * 100)
-    predicted = (check.effects.get(check.guest, 1.0) - 1) * 100
+    expected = check.expected if check.expected is not None else \
+        check.effects.get(check.guest, 1.0)
+    predicted = (expected - 1) * 100
     return ('progress %+.1f%% (predicted %+.1f%%), %s (move\'s predicted '
             'gain %.3f, trust-scaled)' % ((own - 1) * 100, predicted,
                                           neighbours, check.predicted))

@@ -556,9 +556,10 @@ after a move, once its pages have landed. The move is undone, and the guest
 left alone for a backoff period that doubles with every undo, when the guest
 and the guests on the nodes it left or joined lost more than
 ``undo_threshold`` in all (the sum of their relative changes, or the nodes'
-instructions per second), or the guest itself more than three times that;
-when a guest started on the host or left it in between, on the guest alone
-(its own loss beyond ``undo_threshold``).
+instructions per second), the guest itself more than three times that, or
+the guest, predicted to gain, more than ``undo_threshold``; when a guest
+started on the host or left it in between, on the guest alone (its own loss
+beyond ``undo_threshold``).
 A move of a guest measured fewer samples than this before it is not judged
 (a larger window leaves more of a young guest's moves unjudged), nor is one
 across a change of the guest's workload (memory-intensive or not, from its
