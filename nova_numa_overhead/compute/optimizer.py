@@ -43,8 +43,8 @@ share.
 Closed loop: once a moved guest's pages have landed, its progress
 (instructions per second) over ``loop_window`` samples is compared with
 the same window before the move, and so are the guests on the nodes it
-left and joined (but those moved in the same pass: each has its own
-verdict). The move is undone (the guest goes back where it ran, its
+left and joined (guests moved in the same pass included). The move is
+undone (the guest goes back where it ran, its
 pages too: the kernel moves those outside a narrowed nodeset, and with
 ``enforcement = pages`` an undo to Nova's nodes moves them back a step
 each cycle; and it is left alone for a backoff that doubles with every
@@ -279,10 +279,8 @@ class Check:
     # alone.
     host_changed: bool = False
     # Its own predicted speed after / before with every move of its pass
-    # (None: effects[guest]), and the guests those moves moved: each of
-    # them has its own verdict, none counts in another's.
+    # (None: effects[guest]).
     expected: float | None = None
-    together: tuple = ()
 
 
 @dataclasses.dataclass
@@ -307,9 +305,8 @@ class Action:
     # verdict measures against (None: ``gain``).
     net: float | None = None
     # Set once its pass is chosen: its guest's predicted speed after /
-    # before with every move of the pass, and the other guests moved.
+    # before with every move of the pass.
     expected: float | None = None
-    together: tuple = ()
 
 
 @dataclasses.dataclass
@@ -910,11 +907,13 @@ class Optimizer:
         # crowded node together do not). The moves of one pass may join
         # the same nodes: each is predicted with those chosen before it
         # (guests leaving a crowded node for an idle one go together, as
-        # numad moves them), each verdict leaves the others out and
-        # expects what the whole pass was predicted to do to its guest;
-        # but a move that leaves the vCPUs to the kernel shares no node
-        # with another of its pass (the balancer places them, the part
-        # of the model least sure, over every node Nova allows).
+        # numad moves them; each verdict counts the other movers it
+        # shares a node with as it counts guests leaving a node together,
+        # and expects what the whole pass was predicted to do to its
+        # guest); but a move that leaves the vCPUs to the kernel shares
+        # no node with another of its pass (the balancer places them,
+        # the part of the model least sure, over every node Nova
+        # allows).
         busy = set()
         for check in self.checks.values():
             busy.update(check.nodes)
@@ -961,8 +960,6 @@ class Optimizer:
             action.expected = math.prod(
                 later.effects.get(action.guest, 1.0)
                 for later in actions[i:])
-            action.together = tuple(a.guest for a in actions
-                                    if a is not action)
         if self._left <= 0 and movable:
             self._start += reached
             self.counts['budget'] += 1
@@ -1238,7 +1235,7 @@ class Optimizer:
                 host_changed=self.left_at is not None and
                 now - self.left_at < self.opts.loop_window *
                 self.opts.sample_interval,
-                expected=action.expected, together=tuple(action.together))
+                expected=action.expected)
         else:
             # Nothing to judge it against (measured fewer than
             # loop_window samples): left alone until it settles, counted.
@@ -1477,9 +1474,6 @@ class Optimizer:
         measured = {}
         before = after = 0.0
         for other, ips in check.neighbours.items():
-            if other in check.together:
-                # Moved in the same pass: judged by its own verdict.
-                continue
             mean = self._mean(other, since=check.settle)
             if mean is None or ips <= 0 or \
                     _changed(check.rpi.get(other), mean) is not None:

@@ -1494,19 +1494,6 @@ class TestClosedLoop(OptimizerTestCase):
         end = self.progress(agent, 'b', 1.3 * IPS, check.settle)
         self.assertEqual([('a', 'kept')], opt.verdicts(end))
 
-    def test_a_guest_moved_in_the_same_pass_has_its_own_verdict(self):
-        # It lost 5%, its neighbour 'b' gained 30%: kept on the sum,
-        # unless 'b' moved in the same pass (judged by its own verdict).
-        for together, verdict in (((), 'kept'), (('b',), 'undone')):
-            self.hv = fakes.FakeHypervisor(nodes=2, memory_mb=64 * GIB)
-            agent, now = self.moved(neighbour=True)
-            opt = agent.optimizer
-            check = opt.checks['a']
-            check.together = together
-            self.progress(agent, 'a', 0.95 * IPS, check.settle)
-            end = self.progress(agent, 'b', 1.3 * IPS, check.settle)
-            self.assertEqual([('a', verdict)], opt.verdicts(end), together)
-
     def test_kept_through_the_agent_cycle(self):
         agent, now = self.moved()
         # The guest runs 20% faster from now on; the agent samples it.
@@ -2231,17 +2218,16 @@ class TestTrust(OptimizerTestCase):
                          [(a.nodes, a.predicted[0] is None)
                           for a in actions])
         # The second predicted with the first; each expects its own
-        # guest's speed with the whole pass, and names the other.
+        # guest's speed with the whole pass.
         self.assertIn(['a', 'c'], seen)
-        self.assertEqual({'a': (1.47, ('c',)), 'c': (1.5, ('a',))},
-                         {a.guest: (round(a.expected, 6), a.together)
-                          for a in actions})
+        self.assertEqual({'a': 1.47, 'c': 1.5},
+                         {a.guest: round(a.expected, 6) for a in actions})
         # Their verdicts know it.
         opt = self.agent.optimizer
         for action in actions:
             self.assertTrue(opt.apply(action, self.clock.now))
-        self.assertEqual({'a': (1.47, ('c',)), 'c': (1.5, ('a',))},
-                         {n: (round(c.expected, 6), c.together)
+        self.assertEqual({'a': 1.47, 'c': 1.5},
+                         {n: round(c.expected, 6)
                           for n, c in opt.checks.items()})
         # Nova allows them node 1's CPUs alone: pinned to all of them is
         # left to the kernel, and that move keeps node 1 for the pass.
@@ -2253,7 +2239,6 @@ class TestTrust(OptimizerTestCase):
         for kernel in ('a', 'c'):
             actions = plan({kernel: NODE1_CPUS})
             self.assertEqual(1, len(actions), kernel)
-            self.assertEqual((), actions[0].together)
 
     def test_no_second_move_onto_a_node_awaiting_a_verdict(self):
         self.remote('a')
