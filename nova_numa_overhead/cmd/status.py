@@ -192,6 +192,9 @@ class ReadOnlyHypervisor(hv_mod.Hypervisor):
     def vcpu_affinity(self, domain):
         return self._read(self.hv.vcpu_affinity, domain)
 
+    def kernel_state(self):
+        return self._read(self.hv.kernel_state)
+
     def memory_per_node(self, domain):
         return self._read(self.hv.memory_per_node, domain)
 
@@ -575,9 +578,26 @@ def _status(conf, agent, uri, samples, interval, decisions, moves,
              'reason': m.reason} for m in moves],
         'report': report.to_dict() if report is not None else None,
         'sources': _sources(agent, hv),
+        'kernel': _kernel(agent, enforcement),
         'optimizer': _optimizer(conf, enforcement, guest_list, agent.host),
         'notes': _notes(guest_list, left_on),
     }
+
+
+def _kernel(agent, enforcement: str) -> dict | None:
+    """The kernel's NUMA balancing and numad (None: unknown, a remote or
+    simulated host), and whether an agent with the configured
+    ``enforcement`` steps back here (numad runs).
+    """
+    state = agent.kernel
+    if state is None:
+        return None
+    from nova_numa_overhead.compute import placer as placer_mod
+    out = state.to_dict()
+    out['text'] = state.text()
+    out['steps_back'] = bool(state.numad) and enforcement in (
+        placer_mod.NODESET, placer_mod.PAGES)
+    return out
 
 
 def _optimizer(conf, enforcement: str, guests: list, host: str) -> dict:
@@ -712,6 +732,7 @@ def render(status: dict) -> str:
                            '%g' % t for t in thresholds[name]))
                            for name in ('llc', 'mc', 'inter', 'rml'))))
     lines += _wrap(_sources_text(status['sources']))
+    lines += _wrap(_kernel_text(status.get('kernel'), agent['enforcement']))
     lines += _wrap(_optimizer_text(status['optimizer']))
     lines.append('')
     lines.append('NODE  CPUS  TOTAL MiB   FREE MiB  GUESTS  LLC  VALUE   '
@@ -779,6 +800,20 @@ def _optimizer_text(optimizer: dict) -> str:
                      optimizer['undone']))
     else:
         text += ' It has moved none of the guests here now.'
+    return text
+
+
+def _kernel_text(kernel: dict | None, enforcement: str) -> str:
+    """The kernel's NUMA balancing and numad, in a sentence or two."""
+    if kernel is None:
+        return ('Kernel: NUMA balancing and numad unknown (not a local '
+                'QEMU host).')
+    text = kernel['text']
+    if kernel['steps_back']:
+        text += (' With enforcement = %s the agent steps back here (places, '
+                 'confines and moves nothing) while numad runs: stop numad, '
+                 'or run the agent with enforcement = advisory.'
+                 % enforcement)
     return text
 
 

@@ -75,6 +75,7 @@ VERSION = '0.1.0'
 PAGES_PER_MB = 256
 MAX_DECISIONS = 64
 BACKOFF = (1, 2, 4, 8, 16, 30)
+KERNEL_CHECK = 60.0      # seconds between reads of the kernel's NUMA state
 #: libvirt events (see Hypervisor.register_lifecycle) that (re)place a guest.
 PLACING_EVENTS = ('started', 'resumed')
 
@@ -194,6 +195,12 @@ class Agent:
         self.free_mb = []
         self._backoff = 0
         self.optimizer = optimizer_mod.Optimizer(self)
+        # The host kernel's placement besides the agent (KernelState, None:
+        # unknown), read every KERNEL_CHECK seconds; why the agent steps
+        # back (numad runs: it places and moves nothing), None: it acts.
+        self.kernel = None
+        self._kernel_at = None
+        self.stepped_back = None
 
     # -- topology ---------------------------------------------------------
 
@@ -377,6 +384,7 @@ class Agent:
         self.collector.retain(current)
         self._forget([n for n in self.nova_allowed if n not in current])
         self.free_mb = self.hv.free_memory_mb()
+        self._check_kernel(now)
         self.levels = estimator.estimate(self.collector.observations(),
                                          self.estimator_topology,
                                          self.thresholds)
@@ -392,10 +400,53 @@ class Agent:
             self.dirty = True
         return self._due_report(now)
 
+    def _check_kernel(self, now: float) -> None:
+        """Read the kernel's state every KERNEL_CHECK seconds; step back
+        while numad runs on a host where the agent enforces (numad binds
+        the same QEMU processes' CPUs and memory: the two would undo each
+        other's placements), and act again once it has stopped. A
+        hypervisor that cannot tell leaves the agent acting.
+        """
+        if self._kernel_at is not None and \
+                now - self._kernel_at < KERNEL_CHECK:
+            return
+        self._kernel_at = now
+        error = None
+        try:
+            state = self.hv.kernel_state()
+        except Exception as exc:
+            state, error = None, exc
+        if error is not None:
+            LOG.debug('Reading the kernel\'s NUMA balancing and numad '
+                      'failed: %s', error)
+        if state != self.kernel and state is not None:
+            LOG.info('%s', state.text())
+        self.kernel = state
+        numad = state.numad if state is not None else ()
+        if numad and self.enforcing and self.stepped_back is None:
+            self.stepped_back = (
+                'numad (pid %s) runs on this host and binds guests itself'
+                % ', '.join(str(p) for p in numad))
+            self.optimizer.step_back()
+            LOG.warning('%s: the agent steps back (places, confines and '
+                        'moves nothing; reports go on) until it stops. '
+                        'Stop numad where the agent enforces, or set '
+                        '[numa_overhead_agent] enforcement = advisory',
+                        self.stepped_back)
+        elif not numad and self.stepped_back is not None:
+            LOG.info('numad no longer runs on this host: the agent acts '
+                     'again, from where the guests are now')
+            self.stepped_back = None
+
     def _optimize(self, now: float) -> None:
         """The optimizer's pass: its failure never stops sampling,
         placement or reports (logged once per kind of error).
         """
+        if self.stepped_back is not None:
+            # Its guests' progress is still measured (a pass after numad
+            # stops needs a window of it).
+            self.optimizer.observe(now)
+            return
         error = None
         try:
             self.optimizer.step(now)
@@ -770,7 +821,7 @@ class Agent:
         would end it): such a guest is widened to the nodes Nova allows.
         Returns the names of the guests widened.
         """
-        if not self.enforcing:
+        if not self.enforcing or self.stepped_back is not None:
             return []
         widened = []
         for name, (nodes, cpus) in list(self.restrictions.items()):
@@ -885,6 +936,16 @@ class Agent:
                 (recorded is None and
                  (set(domain.allowed_nodes) or every) < nova)
         domain = self.as_nova_placed(domain)
+        if self.stepped_back is not None:
+            decision = placer_mod.Decision(
+                domain.name, 'skipped', 'the agent steps back: %s'
+                % self.stepped_back)
+            _keep_latest(self.decisions, domain.name, decision)
+            self.record(domain.name, decision.action, _outcome(decision))
+            LOG.info('Placement of %(guest)s: skipped, the agent steps '
+                     'back: %(why)s', {'guest': domain.name,
+                                       'why': self.stepped_back})
+            return decision
         error = None
         try:
             decision = self.placer.place(
@@ -1039,7 +1100,8 @@ class Agent:
     def rebalance(self) -> list:
         """One rebalancing period; returns the moves made (or advised)."""
         with self._lock:
-            if self.levels is None or self.opts.enforcement == 'off':
+            if self.levels is None or self.opts.enforcement == 'off' or \
+                    self.stepped_back is not None:
                 return []
             guests = self.managed_guests()
             moves = rebalancer.plan_moves(
@@ -1118,7 +1180,7 @@ class Agent:
         follow. Returns the names of the guests moved.
         """
         if not self.opts.colocate_vcpus or self.opts.enforcement in (
-                'off', 'advisory'):
+                'off', 'advisory') or self.stepped_back is not None:
             return []
         with self._lock:
             for guest in self.managed_guests():

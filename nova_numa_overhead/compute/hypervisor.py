@@ -287,6 +287,16 @@ class Hypervisor(metaclass=abc.ABCMeta):
         disappearing when it samples.
         """
 
+    def kernel_state(self):
+        """The host kernel's own placement besides the agent
+        (:class:`nova_numa_overhead.compute.kernel.KernelState`): NUMA
+        balancing, numad.
+
+        Optional: None (this default) means unknown (a remote or
+        simulated host).
+        """
+        return None
+
     def close(self) -> None:
         """Release the connection."""
 

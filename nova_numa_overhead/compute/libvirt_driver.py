@@ -47,6 +47,7 @@ except ImportError:
     libvirt = None
 
 from nova_numa_overhead.compute import hypervisor
+from nova_numa_overhead.compute import kernel as kernel_mod
 from nova_numa_overhead.compute import numa_stat
 
 LOG = logging.getLogger(__name__)
@@ -544,6 +545,9 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
     attempts after consecutive failures (the last one repeats).
     """
 
+    #: Where the host's /proc is (tests point it elsewhere).
+    proc = '/proc'
+
     def __init__(self, uri: str = 'qemu:///system',
                  reconnect_backoff=(1, 2, 4, 8, 30), sleep=time.sleep,
                  mover=None, pid_dir=_DERIVED, clock=time.monotonic,
@@ -574,13 +578,27 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         self._bandwidth_warned = set()
 
     @staticmethod
-    def _derive_pid_dir(uri: str) -> str | None:
+    def _local_qemu(uri: str) -> bool:
+        """Whether ``uri`` reaches QEMU on this very host."""
         parsed = urllib.parse.urlsplit(uri)
         driver, _sep, transport = parsed.scheme.partition('+')
-        if driver != 'qemu' or parsed.hostname or transport not in (
-                '', 'unix'):
+        return driver == 'qemu' and not parsed.hostname and \
+            transport in ('', 'unix')
+
+    @classmethod
+    def _derive_pid_dir(cls, uri: str) -> str | None:
+        if not cls._local_qemu(uri):
             return None
-        return QEMU_PID_DIRS.get(parsed.path)
+        return QEMU_PID_DIRS.get(urllib.parse.urlsplit(uri).path)
+
+    def kernel_state(self):
+        """This host's NUMA balancing and numad (``/proc``), for a local
+        QEMU; None (unknown) for any other URI: its kernel is another
+        host's, or none (the test driver).
+        """
+        if not self._local_qemu(self.uri):
+            return None
+        return kernel_mod.read(self.proc)
 
     # -- connection --------------------------------------------------------
 

@@ -282,6 +282,14 @@ class Check:
     # (None: effects[guest]).
     expected: float | None = None
 
+    def own_expected(self) -> float:
+        """What its guest's speed was predicted to become (after /
+        before), with every move of its pass.
+        """
+        if self.expected is not None:
+            return self.expected
+        return self.effects.get(self.guest, 1.0)
+
 
 @dataclasses.dataclass
 class Action:
@@ -545,6 +553,17 @@ class Optimizer:
         # After the pass: its moves take the page budget first.
         self.bring_back()
         return actions
+
+    def step_back(self) -> None:
+        """Another placer took over the host (numad): the moves awaiting
+        their verdict get none (counted ``expired``: their windows would
+        measure the other placer's moves), and no pages go on landing or
+        coming back (it binds the guests where it wants them).
+        """
+        self.counts['expired'] += len(self.checks)
+        self.checks.clear()
+        self.landing.clear()
+        self.returning.clear()
 
     def host_model(self) -> cost.HostModel:
         """The cost model's view of the host: topology, the probe's
@@ -1358,9 +1377,7 @@ class Optimizer:
             # misjudged the guest it moved, and the neighbours' measured
             # gains (the noisiest part of a verdict, other moves in them)
             # do not keep the move.
-            expected = check.expected if check.expected is not None \
-                else check.effects.get(name, 1.0)
-            misjudged = expected > 1.0 + CALIBRATION_BAND and \
+            misjudged = check.own_expected() > 1.0 + CALIBRATION_BAND and \
                 own < 1.0 - threshold
             summed = net >= -threshold and total >= 1.0 - threshold and \
                 own >= 1.0 - WORST_FACTOR * threshold
@@ -1944,9 +1961,7 @@ def _judged(own, hood, check) -> str:
         neighbours = 'its neighbours not judged (guests started or left)'
     else:
         neighbours = 'its neighbours %+.1f%%' % ((hood - 1) * 100)
-    expected = check.expected if check.expected is not None else \
-        check.effects.get(check.guest, 1.0)
-    predicted = (expected - 1) * 100
+    predicted = (check.own_expected() - 1) * 100
     return ('progress %+.1f%% (predicted %+.1f%%), %s (move\'s predicted '
             'gain %.3f, trust-scaled)' % ((own - 1) * 100, predicted,
                                           neighbours, check.predicted))

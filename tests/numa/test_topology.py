@@ -12,7 +12,12 @@
 """The VM's topology as the kernel and the agent's sysfs readers see it."""
 
 import os
+import shutil
+import subprocess
 
+import fixtures
+
+from nova_numa_overhead.compute import kernel
 from nova_numa_overhead.compute import numa_stat
 from nova_numa_overhead.compute import probe
 from tests.numa import base
@@ -51,3 +56,28 @@ class TestTopology(base.TestCase):
                 matrix.append([int(d) for d in f.read().split()])
         self.assertEqual(base.expected_distances(), matrix)
         self.assertNotEqual(matrix[0][1], matrix[1][0])
+
+
+class TestKernelState(base.TestCase):
+    """What the agent reads of the kernel's own placement."""
+
+    def test_numa_balancing_is_read(self):
+        state = kernel.read()
+        with open('/proc/sys/kernel/numa_balancing') as f:
+            self.assertEqual(int(f.read()), state.numa_balancing)
+        self.assertIn(state.numa_balancing, kernel.BALANCING)
+
+    def test_a_process_named_numad_is_found(self):
+        self.assertEqual((), kernel.read().numad)
+        # A process whose comm is numad (a copy of sleep: numad itself is
+        # not installed in the VM).
+        tmp = self.useFixture(fixtures.TempDir()).path
+        binary = os.path.join(tmp, 'numad')
+        shutil.copy('/bin/sleep', binary)
+        child = subprocess.Popen([binary, '60'])
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        self.assertEqual((child.pid,), kernel.read().numad)
+        child.kill()
+        child.wait()
+        self.assertEqual((), kernel.read().numad)

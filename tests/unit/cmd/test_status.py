@@ -30,6 +30,7 @@ import libvirt
 
 from nova_numa_overhead.cmd import status
 from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import kernel as kernel_mod
 from tests import base
 from tests.unit.compute import fakes
 from tests.unit.compute import libvirt_fixtures
@@ -508,6 +509,30 @@ class TestOnAFakeHost(StatusTestCase):
                               clock=lambda: self.now)
         self.assertIn('no stalled-cycles-backend count',
                       ' '.join(data['notes']))
+
+    def test_kernel_numa_balancing_and_numad(self):
+        # Unknown on a host that cannot tell (a remote or test URI).
+        data = self.collect(samples=2)
+        self.assertIsNone(data['kernel'])
+        self.assertIn('Kernel: NUMA balancing and numad unknown',
+                      status.render(data))
+        # numad runs: with enforcement = pages the agent would step back;
+        # status itself changes nothing either way.
+        self.hv.kernel = kernel_mod.KernelState(numa_balancing=1,
+                                                numad=(812,))
+        data = self.collect(samples=2)
+        self.assertEqual({'numa_balancing': 1, 'numad': [812],
+                          'steps_back': True,
+                          'text': 'Kernel: automatic NUMA balancing on '
+                                  '(kernel.numa_balancing = 1); numad runs '
+                                  '(pid 812).'}, data['kernel'])
+        text = ' '.join(status.render(data).split())
+        self.assertIn('numad runs (pid 812). With enforcement = pages the '
+                      'agent steps back here', text)
+        self.flags(group='numa_overhead_agent', enforcement='advisory')
+        data = self.collect(samples=2)
+        self.assertFalse(data['kernel']['steps_back'])
+        self.assertNotIn('steps back', status.render(data))
 
     def test_sources_of_a_host_with_perf_events(self):
         data = self.collect()

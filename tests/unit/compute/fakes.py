@@ -48,6 +48,15 @@ class FakeHypervisor(hv_mod.Hypervisor):
         self.restored = []     # (name, nodes, cpus)
         self.reconnects = 0
         self.move_failures = {}
+        # kernel_state(): a KernelState, None (unknown) or an exception.
+        self.kernel = None
+        self.kernel_reads = 0
+
+    def kernel_state(self):
+        self.kernel_reads += 1
+        if isinstance(self.kernel, Exception):
+            raise self.kernel
+        return self.kernel
 
     # -- test helpers -------------------------------------------------------
 

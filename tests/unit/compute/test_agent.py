@@ -20,6 +20,7 @@ import fixtures
 
 from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import kernel as kernel_mod
 from nova_numa_overhead.compute import placer as placer_mod
 from nova_numa_overhead.overhead import planner
 from nova_numa_overhead import report as report_mod
@@ -556,6 +557,76 @@ class TestPlacement(AgentTestCase):
         self.assertEqual([], self.hv.moves)
         # Not even a record in the guest's metadata.
         self.assertEqual({}, self.hv.recorded)
+
+    def test_steps_back_while_numad_runs(self):
+        logs = self.useFixture(fixtures.FakeLogger(level=logging.INFO))
+        self.hv.kernel = kernel_mod.KernelState(numa_balancing=1,
+                                                numad=(812,))
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertIn('numad (pid 812)', agent.stepped_back)
+        self.assertIn('Kernel: automatic NUMA balancing on', logs.output)
+        self.assertIn('the agent steps back', logs.output)
+        # A guest starting meanwhile is left to numad and the kernel.
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=1)
+        self.clock.now += 1
+        agent.cycle()
+        decision = agent.decisions['a']
+        self.assertEqual('skipped', decision.action)
+        self.assertIn('the agent steps back: numad (pid 812) runs',
+                      decision.reason)
+        self.assertEqual({}, self.hv.nodesets)
+        self.assertEqual([], self.hv.moves)
+        self.assertEqual([], agent.rebalance())
+        self.assertEqual([], agent.colocate())
+        self.assertEqual([], agent.protect())
+        # Reports still go out.
+        self.assertTrue(self.publisher.reports)
+        # Read again only every KERNEL_CHECK seconds.
+        reads = self.hv.kernel_reads
+        self.hv.kernel = kernel_mod.KernelState(numa_balancing=1)
+        self.clock.now += agent_mod.KERNEL_CHECK - 2
+        agent.cycle()
+        self.assertEqual(reads, self.hv.kernel_reads)
+        self.assertIsNotNone(agent.stepped_back)
+        # numad stopped: the agent acts again, on the next guest.
+        self.clock.now += 2
+        agent.cycle()
+        self.assertIsNone(agent.stepped_back)
+        self.assertIn('numad no longer runs', logs.output)
+        self.hv.add('b', {0: 4 * GIB}, vcpu_node=1)
+        self.clock.now += 1
+        agent.cycle()
+        self.assertNotEqual('skipped', agent.decisions['b'].action)
+
+    def test_numad_drops_the_moves_awaiting_a_verdict(self):
+        agent = self.make_agent()
+        agent.cycle()
+        opt = agent.optimizer
+        opt.checks['a'] = object()
+        opt.landing['a'] = object()
+        opt.returning['b'] = object()
+        self.hv.kernel = kernel_mod.KernelState(numad=(9,))
+        self.clock.now += agent_mod.KERNEL_CHECK
+        agent.cycle()
+        self.assertEqual(({}, {}, {}), (opt.checks, opt.landing,
+                                        opt.returning))
+        self.assertEqual(1, opt.counts['expired'])
+
+    def test_numad_with_advisory_or_unknown_kernel_changes_nothing(self):
+        self.flags(group='numa_overhead_agent', enforcement='advisory')
+        self.hv.kernel = kernel_mod.KernelState(numad=(9,))
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertIsNone(agent.stepped_back)
+        self.assertEqual((9,), agent.kernel.numad)
+        # A kernel that cannot be read: unknown, the agent acts.
+        self.flags(group='numa_overhead_agent', enforcement='pages')
+        self.hv.kernel = OSError('permission denied')
+        agent = self.make_agent()
+        self.assertTrue(agent.cycle())
+        self.assertIsNone(agent.kernel)
+        self.assertIsNone(agent.stepped_back)
 
     def test_failed_moves_are_counted_per_errno(self):
         self.hv.move_failures = {'EBUSY': 3}

@@ -346,6 +346,26 @@ class TestParsing(base.TestCase):
         self.assertIsNone(derive('qemu:///session'))
         self.assertIsNone(derive(URI))
 
+    def test_kernel_state_of_a_local_qemu_only(self):
+        proc = self.useFixture(fixtures.TempDir()).path
+        os.makedirs(os.path.join(proc, 'sys', 'kernel'))
+        with open(os.path.join(proc, 'sys', 'kernel', 'numa_balancing'),
+                  'w') as f:
+            f.write('1\n')
+        os.makedirs(os.path.join(proc, '812'))
+        with open(os.path.join(proc, '812', 'comm'), 'w') as f:
+            f.write('numad\n')
+        # No connection needed: the host's /proc is read.
+        local = libvirt_driver.LibvirtHypervisor('qemu:///system')
+        local.proc = proc
+        state = local.kernel_state()
+        self.assertEqual((1, (812,)), (state.numa_balancing, state.numad))
+        # Another host's kernel, or none at all: unknown.
+        for uri in ('qemu+ssh://other/system', URI):
+            remote = libvirt_driver.LibvirtHypervisor(uri)
+            remote.proc = proc
+            self.assertIsNone(remote.kernel_state(), uri)
+
     def test_without_libvirt_python(self):
         with mock.patch.object(libvirt_driver, 'libvirt', None):
             error = self.assertRaises(hypervisor.HypervisorError,

@@ -1494,6 +1494,34 @@ class TestClosedLoop(OptimizerTestCase):
         end = self.progress(agent, 'b', 1.3 * IPS, check.settle)
         self.assertEqual([('a', 'kept')], opt.verdicts(end))
 
+    def test_a_misjudged_guest_at_the_threshold_is_kept(self):
+        # Predicted to gain, it lost exactly undo_threshold: not beyond
+        # it, the sum decides (its neighbour gained).
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        check = opt.checks['a']
+        check.effects = {'a': 1.1, 'b': 1.3}
+        threshold = opt.opts.undo_threshold
+        self.progress(agent, 'a', (1.0 - threshold) * IPS, check.settle)
+        end = self.progress(agent, 'b', 1.3 * IPS, check.settle)
+        self.assertEqual([('a', 'kept')], opt.verdicts(end))
+        self.assertEqual(0, opt.status()['misjudged'])
+
+    def test_a_misjudged_guest_across_a_host_change_is_undone(self):
+        # Judged on its own progress (a guest started since): its loss
+        # beyond the threshold undoes it whatever it was predicted, and
+        # it is not counted misjudged (its own change alone decided).
+        agent, now = self.moved(neighbour=True)
+        opt = agent.optimizer
+        check = opt.checks['a']
+        check.effects = {'a': 1.1, 'b': 1.3}
+        opt.host_changed(now)
+        self.progress(agent, 'a', 0.95 * IPS, check.settle)
+        end = self.progress(agent, 'b', 1.3 * IPS, check.settle)
+        self.assertEqual([('a', 'undone')], opt.verdicts(end))
+        self.assertEqual(0, opt.status()['misjudged'])
+        self.assertEqual(1, opt.counts['host_changed'])
+
     def test_kept_through_the_agent_cycle(self):
         agent, now = self.moved()
         # The guest runs 20% faster from now on; the agent samples it.

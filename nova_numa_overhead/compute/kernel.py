@@ -1,0 +1,107 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""What else places guests on this host: the kernel's automatic NUMA
+balancing and numad.
+
+Read from ``/proc`` of the host the agent runs on (a libvirt connection
+to a local QEMU; a remote or simulated hypervisor says nothing of its
+kernel): ``/proc/sys/kernel/numa_balancing`` (0 off, 1 on, 2 memory
+tiering only, 3 both) and the processes whose ``comm`` is ``numad``.
+Unprivileged reads: every process's ``comm`` is world-readable.
+"""
+
+import dataclasses
+import os
+
+NUMAD = 'numad'
+# /proc/sys/kernel/numa_balancing values (kernel 5.18+ adds the tiering
+# modes: 2 memory tiering alone, no NUMA balancing between nodes).
+BALANCING = {0: 'off', 1: 'on', 2: 'memory tiering only',
+             3: 'on, with memory tiering'}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelState:
+    """The host's kernel placement besides the agent."""
+
+    # /proc/sys/kernel/numa_balancing (None: unknown, unreadable).
+    numa_balancing: int | None = None
+    # Pids of the numad processes running (() : none).
+    numad: tuple = ()
+
+    @property
+    def balancing(self) -> bool | None:
+        """Whether the kernel balances guests' pages and tasks between
+        NUMA nodes (None: unknown).
+        """
+        if self.numa_balancing is None:
+            return None
+        return bool(self.numa_balancing & 1)
+
+    def to_dict(self) -> dict:
+        return {'numa_balancing': self.numa_balancing,
+                'numad': list(self.numad)}
+
+    def text(self) -> str:
+        """One sentence for logs and ``status``."""
+        if self.numa_balancing is None:
+            balancing = 'automatic NUMA balancing unknown'
+        else:
+            balancing = 'automatic NUMA balancing %s ' \
+                '(kernel.numa_balancing = %d)' % (
+                    BALANCING.get(self.numa_balancing, 'on'),
+                    self.numa_balancing)
+        if self.numad:
+            numad = 'numad runs (pid %s)' % ', '.join(
+                str(p) for p in self.numad)
+        else:
+            numad = 'numad not running'
+        return 'Kernel: %s; %s.' % (balancing, numad)
+
+
+def read(proc: str = '/proc') -> KernelState:
+    """The kernel's state under ``proc``: what cannot be read is unknown
+    (the sysctl) or not found (numad), never an error.
+    """
+    return KernelState(numa_balancing=_balancing(proc),
+                       numad=tuple(numad_pids(proc)))
+
+
+def _balancing(proc: str) -> int | None:
+    try:
+        with open(os.path.join(proc, 'sys', 'kernel', 'numa_balancing')) \
+                as f:
+            value = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def numad_pids(proc: str = '/proc') -> list:
+    """Pids of the processes named numad, sorted."""
+    pids = []
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, entry, 'comm')) as f:
+                comm = f.read().strip()
+        except OSError:
+            # Gone since the listing, or hidden (hidepid): not counted.
+            continue
+        if comm == NUMAD:
+            pids.append(int(entry))
+    return sorted(pids)

@@ -1,0 +1,69 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import os
+
+import fixtures
+
+from nova_numa_overhead.compute import kernel
+from tests import base
+
+
+class TestKernelState(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.proc = self.useFixture(fixtures.TempDir()).path
+
+    def write(self, path, text):
+        path = os.path.join(self.proc, path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'w') as f:
+            f.write(text)
+
+    def test_balancing_and_numad(self):
+        self.write('sys/kernel/numa_balancing', '1\n')
+        self.write('812/comm', 'numad\n')
+        self.write('77/comm', 'qemu-system-x86\n')
+        self.write('90/comm', 'numad-helper\n')
+        # Not processes, or gone before their comm was read.
+        self.write('self/comm', 'numad\n')
+        os.makedirs(os.path.join(self.proc, '91'))
+        state = kernel.read(self.proc)
+        self.assertEqual(1, state.numa_balancing)
+        self.assertTrue(state.balancing)
+        self.assertEqual((812,), state.numad)
+        self.assertEqual('Kernel: automatic NUMA balancing on '
+                         '(kernel.numa_balancing = 1); numad runs (pid '
+                         '812).', state.text())
+        self.assertEqual({'numa_balancing': 1, 'numad': [812]},
+                         state.to_dict())
+
+    def test_nothing_readable_is_unknown_and_no_numad(self):
+        state = kernel.read(os.path.join(self.proc, 'missing'))
+        self.assertIsNone(state.numa_balancing)
+        self.assertIsNone(state.balancing)
+        self.assertEqual((), state.numad)
+        self.assertEqual('Kernel: automatic NUMA balancing unknown; numad '
+                         'not running.', state.text())
+
+    def test_odd_sysctl_values(self):
+        for text, value, balancing in (('0', 0, False), ('2', 2, False),
+                                       ('3', 3, True), ('on', None, None),
+                                       ('-1', None, None), ('', None, None)):
+            self.write('sys/kernel/numa_balancing', text)
+            state = kernel.read(self.proc)
+            self.assertEqual(value, state.numa_balancing, text)
+            self.assertEqual(balancing, state.balancing, text)
+        self.write('sys/kernel/numa_balancing', '2')
+        self.assertIn('memory tiering only (kernel.numa_balancing = 2)',
+                      kernel.read(self.proc).text())
