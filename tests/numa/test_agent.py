@@ -22,11 +22,16 @@ the workload signal (a memory-bound guest) the levels are computed from.
 
 import dataclasses
 import os
+import shutil
+import subprocess
 import uuid as uuid_mod
+
+import fixtures
 
 from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead.compute import cgroups
 from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import kernel
 from nova_numa_overhead.compute import numa_stat
 from nova_numa_overhead.compute import optimizer
 from nova_numa_overhead.compute import probe
@@ -103,6 +108,9 @@ class ProcessHypervisor(hv_mod.Hypervisor):
     def pin_vcpus(self, domain, cpus):
         os.sched_setaffinity(domain.pid, set(cpus))
 
+    def kernel_state(self):
+        return kernel.read()
+
 
 class FakePublisher:
 
@@ -146,6 +154,39 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
         for node, share in decision.plan.items():
             self.assertGreaterEqual(measured[node], share - 4,
                                     (decision, measured))
+
+    def test_steps_back_while_numad_runs(self):
+        # A process named numad (a copy of sleep) on the real kernel.
+        tmp = self.useFixture(fixtures.TempDir()).path
+        binary = os.path.join(tmp, 'numad')
+        shutil.copy('/bin/sleep', binary)
+        numad = subprocess.Popen([binary, '600'])
+        self.addCleanup(numad.wait)
+        self.addCleanup(numad.kill)
+        now = [1000.0]
+        self.guest('a', [(0, 64)], 0, {'numa_overhead:policy': 'spread'})
+        pid = self.hv.guests['a'].pid
+        before = cgroups.memory_nodes(pid)
+        agent = agent_mod.Agent(self.conf, self.hv, FakePublisher(), 'vm',
+                                clock=lambda: now[0])
+        self.assertTrue(agent.cycle())
+        self.assertEqual((numad.pid,), agent.kernel.numad)
+        self.assertIsNotNone(agent.kernel.numa_balancing)
+        self.assertEqual('skipped', agent.decisions['a'].action)
+        self.assertIn('numad (pid %d)' % numad.pid,
+                      agent.decisions['a'].reason)
+        self.assertEqual(before, cgroups.memory_nodes(pid))
+        where = self.hv.memory_per_node(self.hv.guests['a'])
+        self.assertEqual({0: 64}, {n: mb for n, mb in where.items() if mb})
+        # numad gone: the agent acts again (the guest placed anew once it
+        # starts again; here, placed as the agent would on a start).
+        numad.kill()
+        numad.wait()
+        now[0] += agent_mod.KERNEL_CHECK
+        self.assertTrue(agent.cycle())
+        self.assertIsNone(agent.stepped_back)
+        decision = agent.place(self.hv.domains()[0])
+        self.assertEqual('moved', decision.action, decision)
 
     def test_rebalancer_moves_off_a_hot_node(self):
         self.flags(group='numa_overhead_agent', rebalance_threshold=3)
