@@ -344,6 +344,9 @@ class Agent:
         # Loads the topology, the estimator's topology and the CPU map.
         self.topology
         now = self.clock()
+        # First: a guest learned or started now is not confined while
+        # numad runs.
+        self._check_kernel(now)
         listed = self.hv.domains()
         current = {d.name: d for d in listed}
         pending, fresh = self._take_pending()
@@ -384,7 +387,8 @@ class Agent:
         self.collector.retain(current)
         self._forget([n for n in self.nova_allowed if n not in current])
         self.free_mb = self.hv.free_memory_mb()
-        self._check_kernel(now)
+        if self.stepped_back is not None:
+            self._hand_back()
         self.levels = estimator.estimate(self.collector.observations(),
                                          self.estimator_topology,
                                          self.thresholds)
@@ -417,8 +421,11 @@ class Agent:
         except Exception as exc:
             state, error = None, exc
         if error is not None:
+            # Unknown this time: the agent goes on as it was (stepped
+            # back or not) until a read succeeds.
             LOG.debug('Reading the kernel\'s NUMA balancing and numad '
                       'failed: %s', error)
+            return
         if state != self.kernel and state is not None:
             LOG.info('%s', state.text())
         self.kernel = state
@@ -428,8 +435,9 @@ class Agent:
                 'numad (pid %s) runs on this host and binds guests itself'
                 % ', '.join(str(p) for p in numad))
             self.optimizer.step_back()
-            LOG.warning('%s: the agent steps back (places, confines and '
-                        'moves nothing; reports go on) until it stops. '
+            LOG.warning('%s: the agent steps back until it stops (gives '
+                        'the guests it confined Nova\'s placement back, '
+                        'then places and moves nothing; reports go on). '
                         'Stop numad where the agent enforces, or set '
                         '[numa_overhead_agent] enforcement = advisory',
                         self.stepped_back)
@@ -437,19 +445,38 @@ class Agent:
             LOG.info('numad no longer runs on this host: the agent acts '
                      'again, from where the guests are now')
             self.stepped_back = None
+            # Where numad left them: no optimizer move until the host
+            # settles (its last migrations land, the rates show it).
+            self.optimizer.host_changed(now)
+
+    def _hand_back(self) -> None:
+        """Stepped back: give every guest the agent confined or pinned
+        Nova's placement back (its nodeset widened, its vCPUs unpinned;
+        no page moves), so that numad places it within what Nova allows,
+        and nothing the agent set fences numad in or lets a filling node
+        kill a guest. A guest whose restore failed is tried again next
+        cycle.
+        """
+        for name, (nodes, cpus) in list(self.restrictions.items()):
+            domain = self.domains.get(name)
+            if domain is None or not (nodes or cpus) or \
+                    name in self.migrating:
+                continue
+            self._restore(domain, nodes, cpus,
+                          'the agent steps back: %s' % self.stepped_back)
 
     def _optimize(self, now: float) -> None:
         """The optimizer's pass: its failure never stops sampling,
         placement or reports (logged once per kind of error).
         """
-        if self.stepped_back is not None:
-            # Its guests' progress is still measured (a pass after numad
-            # stops needs a window of it).
-            self.optimizer.observe(now)
-            return
         error = None
         try:
-            self.optimizer.step(now)
+            if self.stepped_back is not None:
+                # Its guests' progress is still measured (a pass after
+                # numad stops needs a window of it).
+                self.optimizer.observe(now)
+            else:
+                self.optimizer.step(now)
         except hv_mod.HypervisorUnavailable:
             raise
         except Exception as exc:
@@ -942,9 +969,9 @@ class Agent:
                 % self.stepped_back)
             _keep_latest(self.decisions, domain.name, decision)
             self.record(domain.name, decision.action, _outcome(decision))
-            LOG.info('Placement of %(guest)s: skipped, the agent steps '
-                     'back: %(why)s', {'guest': domain.name,
-                                       'why': self.stepped_back})
+            LOG.debug('Placement of %(guest)s: skipped, the agent steps '
+                      'back: %(why)s', {'guest': domain.name,
+                                        'why': self.stepped_back})
             return decision
         error = None
         try:
@@ -1180,9 +1207,11 @@ class Agent:
         follow. Returns the names of the guests moved.
         """
         if not self.opts.colocate_vcpus or self.opts.enforcement in (
-                'off', 'advisory') or self.stepped_back is not None:
+                'off', 'advisory'):
             return []
         with self._lock:
+            if self.stepped_back is not None:
+                return []
             for guest in self.managed_guests():
                 domain = self.domains.get(guest.name)
                 if domain is None or guest.action == 'leave':

@@ -15,8 +15,10 @@ balancing and numad.
 Read from ``/proc`` of the host the agent runs on (a libvirt connection
 to a local QEMU; a remote or simulated hypervisor says nothing of its
 kernel): ``/proc/sys/kernel/numa_balancing`` (0 off, 1 on, 2 memory
-tiering only, 3 both) and the processes whose ``comm`` is ``numad``.
-Unprivileged reads: every process's ``comm`` is world-readable.
+tiering only, 3 both) and the processes whose ``comm`` is ``numad`` and
+whose real uid is root. Unprivileged reads: every process's ``comm`` and
+``status`` are world-readable (unless ``/proc`` is mounted with
+``hidepid``).
 """
 
 import dataclasses
@@ -87,7 +89,10 @@ def _balancing(proc: str) -> int | None:
 
 
 def numad_pids(proc: str = '/proc') -> list:
-    """Pids of the processes named numad, sorted."""
+    """Pids of the processes named numad running as root, sorted (numad
+    needs root to bind other processes; a user's process that calls
+    itself numad does not step the agent back).
+    """
     pids = []
     try:
         entries = os.listdir(proc)
@@ -97,11 +102,23 @@ def numad_pids(proc: str = '/proc') -> list:
         if not entry.isdigit():
             continue
         try:
-            with open(os.path.join(proc, entry, 'comm')) as f:
-                comm = f.read().strip()
-        except OSError:
+            # Bytes: any process may give itself a name that is not text.
+            with open(os.path.join(proc, entry, 'comm'), 'rb') as f:
+                if f.read().strip() != NUMAD.encode():
+                    continue
+            if _real_uid(os.path.join(proc, entry, 'status')) != 0:
+                continue
+        except (OSError, ValueError):
             # Gone since the listing, or hidden (hidepid): not counted.
             continue
-        if comm == NUMAD:
-            pids.append(int(entry))
+        pids.append(int(entry))
     return sorted(pids)
+
+
+def _real_uid(path: str) -> int | None:
+    """The real uid in a ``/proc/<pid>/status`` file (None: not found)."""
+    with open(path, 'rb') as f:
+        for line in f:
+            if line.startswith(b'Uid:'):
+                return int(line.split()[1])
+    return None

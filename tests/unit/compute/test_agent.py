@@ -599,6 +599,47 @@ class TestPlacement(AgentTestCase):
         agent.cycle()
         self.assertNotEqual('skipped', agent.decisions['b'].action)
 
+    def test_numad_gets_the_guests_the_agent_confined_back_as_nova_had_them(
+            self):
+        # Both confined by their placement, 'a' pinned too (as the
+        # optimizer does), 'c' opted out and left alone.
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        self.hv.add('b', {1: 4 * GIB}, vcpu_node=1)
+        self.hv.add('c', {2: 4 * GIB}, vcpu_node=2,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertEqual({'a': (0,), 'b': (1,)}, self.hv.nodesets)
+        agent.restrictions['a'] = ((0,), (0, 1, 2))
+        self.hv.kernel = kernel_mod.KernelState(numad=(9,))
+        self.clock.now += agent_mod.KERNEL_CHECK
+        agent.cycle()
+        # Nodesets widened to Nova's nodes (every node), 'a' unpinned.
+        self.assertEqual([('a', (), ()), ('b', (), None)],
+                         self.hv.restored)
+        self.assertEqual(((), ()), agent.restrictions['a'])
+        self.assertEqual(((), ()), agent.restrictions['b'])
+        self.assertEqual('restored', agent.outcomes['a'].action)
+        self.assertIn('the agent steps back: numad (pid 9)',
+                      agent.outcomes['a'].outcome)
+        self.assertEqual((), self.hv.recorded['a'].nodes)
+        # Once: nothing left to give back.
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual(2, len(self.hv.restored))
+
+    def test_a_restarted_agent_hands_back_what_it_recorded(self):
+        # The record of an earlier run of this agent: 'a' confined.
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0,
+                    recorded=hv_mod.Recorded(host='cmp-1', nodes=(0,),
+                                             cpus=(0, 1)))
+        self.hv.kernel = kernel_mod.KernelState(numad=(9,))
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertEqual([('a', (), ())], self.hv.restored)
+        self.assertEqual(((), ()), agent.restrictions['a'])
+        self.assertEqual({'a': (0, 1, 2, 3)}, self.hv.nodesets)
+
     def test_numad_drops_the_moves_awaiting_a_verdict(self):
         agent = self.make_agent()
         agent.cycle()
@@ -612,6 +653,32 @@ class TestPlacement(AgentTestCase):
         self.assertEqual(({}, {}, {}), (opt.checks, opt.landing,
                                         opt.returning))
         self.assertEqual(1, opt.counts['expired'])
+        # Stepped back, the optimizer only measures: no pass, no move.
+        passes = []
+        self.useFixture(fixtures.MockPatchObject(
+            opt, 'step', side_effect=lambda now: passes.append(now)))
+        for _ in range(3):
+            self.clock.now += 10
+            agent.cycle()
+        self.assertEqual([], passes)
+        # numad stopped: a pass again, after the host settles.
+        self.hv.kernel = kernel_mod.KernelState()
+        self.clock.now += agent_mod.KERNEL_CHECK
+        agent.cycle()
+        self.assertIsNone(agent.stepped_back)
+        self.assertGreater(opt.settle_left(self.clock.now), 0)
+        self.assertEqual(1, len(passes))
+
+    def test_a_failed_kernel_read_keeps_the_agent_stepped_back(self):
+        self.hv.kernel = kernel_mod.KernelState(numad=(9,))
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertIsNotNone(agent.stepped_back)
+        self.hv.kernel = UnicodeDecodeError('utf-8', b'\xff', 0, 1, 'bad')
+        self.clock.now += agent_mod.KERNEL_CHECK
+        self.assertTrue(agent.cycle())
+        self.assertIsNotNone(agent.stepped_back)
+        self.assertEqual((9,), agent.kernel.numad)
 
     def test_numad_with_advisory_or_unknown_kernel_changes_nothing(self):
         self.flags(group='numa_overhead_agent', enforcement='advisory')

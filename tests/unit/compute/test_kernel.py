@@ -30,14 +30,27 @@ class TestKernelState(base.TestCase):
         with open(path, 'w') as f:
             f.write(text)
 
+    def process(self, pid, comm, uid=0):
+        self.write('%s/comm' % pid, comm)
+        self.write('%s/status' % pid, 'Name:\t%s\nUmask:\t0022\n'
+                   'State:\tS (sleeping)\nUid:\t%d\t%d\t%d\t%d\n' % (
+                       comm.strip(), uid, uid, uid, uid))
+
     def test_balancing_and_numad(self):
         self.write('sys/kernel/numa_balancing', '1\n')
-        self.write('812/comm', 'numad\n')
-        self.write('77/comm', 'qemu-system-x86\n')
-        self.write('90/comm', 'numad-helper\n')
-        # Not processes, or gone before their comm was read.
+        self.process(812, 'numad\n')
+        self.process(77, 'qemu-system-x86\n', uid=64055)
+        self.process(90, 'numad-helper\n')
+        # A user's process calling itself numad cannot bind others.
+        self.process(95, 'numad\n', uid=1000)
+        # A name that is not text.
+        with open(os.path.join(self.proc, '77', 'comm'), 'wb') as f:
+            f.write(b'\xff\xfenumad\n')
+        # Not processes, gone before their comm was read, or without a
+        # status.
         self.write('self/comm', 'numad\n')
         os.makedirs(os.path.join(self.proc, '91'))
+        self.write('92/comm', 'numad\n')
         state = kernel.read(self.proc)
         self.assertEqual(1, state.numa_balancing)
         self.assertTrue(state.balancing)
