@@ -177,7 +177,9 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
                       agent.decisions['a'].reason)
         self.assertEqual(before, cgroups.memory_nodes(pid))
         where = self.hv.memory_per_node(self.hv.guests['a'])
-        self.assertEqual({0: 64}, {n: mb for n, mb in where.items() if mb})
+        # All on node 0 still (the cgroup counts a little besides the 64
+        # MiB of the test's pages).
+        self.assertEqual({0}, {n for n, mb in where.items() if mb})
         # numad gone: the agent acts again (the guest placed anew once it
         # starts again; here, placed as the agent would on a start).
         numad.kill()
