@@ -1220,6 +1220,26 @@ class TestNovasIntent(AgentTestCase):
         self.assertEqual('cmp-1', recorded.host)
         self.assertIn('m', agent.decisions)
 
+    def test_arriving_while_numad_runs_gets_novas_placement_only(self):
+        # Stepped back, the agent still hands a guest that came with the
+        # source agent's restriction Nova's placement, and places nothing.
+        self.hv.kernel = kernel_mod.KernelState(numad=(9,))
+        agent = self.make_agent()
+        agent.cycle()
+        source = hv_mod.Recorded(host='cmp-src', nova_nodes=(), nova_cpus=(),
+                                 nodes=(1,), cpus=(8, 9), action='moved',
+                                 outcome='ok', at='2026-01-01T00:00:00Z')
+        self.hv.add('m', {1: 4 * GIB}, vcpu_node=1, recorded=source)
+        self.hv.nodesets['m'] = (1,)
+        self.clock.now += 1
+        agent.on_lifecycle('started', 'm')
+        agent.handle_events()
+        self.assertEqual([('m', (), ())], self.hv.restored)
+        self.assertEqual(tuple(range(32)), self.hv.pins['m'])
+        self.assertEqual('skipped', agent.decisions['m'].action)
+        self.assertEqual((0, 1, 2, 3), self.hv.nodesets['m'])
+        self.assertEqual([], self.hv.moves)
+
     def test_nodes_from_another_host_are_not_novas_here(self):
         agent = self.make_agent()
         source = hv_mod.Recorded(host='cmp-src', nova_nodes=(0, 1))
