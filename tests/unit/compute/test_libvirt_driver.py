@@ -355,6 +355,8 @@ class TestParsing(base.TestCase):
         os.makedirs(os.path.join(proc, '812'))
         with open(os.path.join(proc, '812', 'comm'), 'w') as f:
             f.write('numad\n')
+        with open(os.path.join(proc, '812', 'status'), 'w') as f:
+            f.write('Name:\tnumad\nUid:\t0\t0\t0\t0\n')
         # No connection needed: the host's /proc is read.
         local = libvirt_driver.LibvirtHypervisor('qemu:///system')
         local.proc = proc
