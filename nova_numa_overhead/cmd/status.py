@@ -586,7 +586,7 @@ def _status(conf, agent, uri, samples, interval, decisions, moves,
 
 def _kernel(agent, enforcement: str) -> dict | None:
     """The kernel's NUMA balancing and numad (None: unknown, a remote or
-    simulated host), and whether an agent with the configured
+    simulated host, or a failed read), and whether an agent with the configured
     ``enforcement`` steps back here (numad runs).
     """
     state = agent.kernel
@@ -807,7 +807,7 @@ def _kernel_text(kernel: dict | None, enforcement: str) -> str:
     """The kernel's NUMA balancing and numad, in a sentence or two."""
     if kernel is None:
         return ('Kernel: NUMA balancing and numad unknown (not a local '
-                'QEMU host).')
+                'QEMU host, or unreadable).')
     text = kernel['text']
     if kernel['steps_back']:
         text += (' With enforcement = %s the agent steps back here (places, '

@@ -950,6 +950,16 @@ class Agent:
     def place(self, domain: hv_mod.DomainInfo,
               fresh: bool = False) -> placer_mod.Decision:
         """Place ``domain`` (``fresh``: a new QEMU, just started)."""
+        if self.stepped_back is not None:
+            decision = placer_mod.Decision(
+                domain.name, 'skipped', 'the agent steps back: %s'
+                % self.stepped_back)
+            _keep_latest(self.decisions, domain.name, decision)
+            self.record(domain.name, decision.action, _outcome(decision))
+            LOG.debug('Placement of %(guest)s: skipped, the agent steps '
+                      'back: %(why)s', {'guest': domain.name,
+                                        'why': self.stepped_back})
+            return decision
         state = self.collector.guests.get(domain.name)
         # A guest the agent confined (its own record; without one, a live
         # nodeset narrower than Nova's) is placed as it was, not left to
@@ -963,16 +973,6 @@ class Agent:
                 (recorded is None and
                  (set(domain.allowed_nodes) or every) < nova)
         domain = self.as_nova_placed(domain)
-        if self.stepped_back is not None:
-            decision = placer_mod.Decision(
-                domain.name, 'skipped', 'the agent steps back: %s'
-                % self.stepped_back)
-            _keep_latest(self.decisions, domain.name, decision)
-            self.record(domain.name, decision.action, _outcome(decision))
-            LOG.debug('Placement of %(guest)s: skipped, the agent steps '
-                      'back: %(why)s', {'guest': domain.name,
-                                        'why': self.stepped_back})
-            return decision
         error = None
         try:
             decision = self.placer.place(

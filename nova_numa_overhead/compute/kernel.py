@@ -40,15 +40,6 @@ class KernelState:
     # Pids of the numad processes running (() : none).
     numad: tuple = ()
 
-    @property
-    def balancing(self) -> bool | None:
-        """Whether the kernel balances guests' pages and tasks between
-        NUMA nodes (None: unknown).
-        """
-        if self.numa_balancing is None:
-            return None
-        return bool(self.numa_balancing & 1)
-
     def to_dict(self) -> dict:
         return {'numa_balancing': self.numa_balancing,
                 'numad': list(self.numad)}

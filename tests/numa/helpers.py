@@ -23,6 +23,9 @@ import mmap
 import os
 import shutil
 import signal
+import subprocess
+
+import fixtures
 
 from nova_numa_overhead.compute import coldpages
 from nova_numa_overhead.compute import mover
@@ -267,3 +270,16 @@ def page_mover() -> pages.PageMover:
                                                          addresses),
         track_pages=lambda pid, addresses: {
             'mode': coldpages.start(opener(pid), addresses), 'error': ''})
+
+
+def fake_numad(test) -> subprocess.Popen:
+    """A process named numad (a copy of sleep: numad itself is not
+    installed in the VM), killed at ``test``'s cleanup.
+    """
+    tmp = test.useFixture(fixtures.TempDir()).path
+    binary = os.path.join(tmp, 'numad')
+    shutil.copy('/bin/sleep', binary)
+    child = subprocess.Popen([binary, '600'])
+    test.addCleanup(child.wait)
+    test.addCleanup(child.kill)
+    return child

@@ -22,11 +22,7 @@ the workload signal (a memory-bound guest) the levels are computed from.
 
 import dataclasses
 import os
-import shutil
-import subprocess
 import uuid as uuid_mod
-
-import fixtures
 
 from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead.compute import cgroups
@@ -156,13 +152,8 @@ class TestAgentOnProcesses(base.TestCase, tests_base.TestCase):
                                     (decision, measured))
 
     def test_steps_back_while_numad_runs(self):
-        # A process named numad (a copy of sleep) on the real kernel.
-        tmp = self.useFixture(fixtures.TempDir()).path
-        binary = os.path.join(tmp, 'numad')
-        shutil.copy('/bin/sleep', binary)
-        numad = subprocess.Popen([binary, '600'])
-        self.addCleanup(numad.wait)
-        self.addCleanup(numad.kill)
+        # A process named numad on the real kernel.
+        numad = helpers.fake_numad(self)
         now = [1000.0]
         self.guest('a', [(0, 64)], 0, {'numa_overhead:policy': 'spread'})
         pid = self.hv.guests['a'].pid

@@ -12,15 +12,12 @@
 """The VM's topology as the kernel and the agent's sysfs readers see it."""
 
 import os
-import shutil
-import subprocess
-
-import fixtures
 
 from nova_numa_overhead.compute import kernel
 from nova_numa_overhead.compute import numa_stat
 from nova_numa_overhead.compute import probe
 from tests.numa import base
+from tests.numa import helpers
 
 NODE_SYSFS = '/sys/devices/system/node'
 
@@ -69,14 +66,7 @@ class TestKernelState(base.TestCase):
 
     def test_a_process_named_numad_is_found(self):
         self.assertEqual((), kernel.read().numad)
-        # A process whose comm is numad (a copy of sleep: numad itself is
-        # not installed in the VM).
-        tmp = self.useFixture(fixtures.TempDir()).path
-        binary = os.path.join(tmp, 'numad')
-        shutil.copy('/bin/sleep', binary)
-        child = subprocess.Popen([binary, '60'])
-        self.addCleanup(child.wait)
-        self.addCleanup(child.kill)
+        child = helpers.fake_numad(self)
         self.assertEqual((child.pid,), kernel.read().numad)
         child.kill()
         child.wait()

@@ -1201,8 +1201,10 @@ class TestNovasIntent(AgentTestCase):
         self.assertEqual([(name, (), ())], self.hv.restored)
         self.assertEqual(tuple(range(32)), self.hv.pins[name])
 
-    def test_arriving_with_the_sources_restriction(self):
-        # Its XML came with the source agent's vCPU pins and numatune.
+    def arrive_restricted(self):
+        """An agent, and 'm' arriving by live migration with the source
+        agent's vCPU pins and numatune in its XML.
+        """
         agent = self.make_agent()
         agent.cycle()
         source = hv_mod.Recorded(host='cmp-src', nova_nodes=(), nova_cpus=(),
@@ -1213,6 +1215,10 @@ class TestNovasIntent(AgentTestCase):
         self.clock.now += 1
         agent.on_lifecycle('started', 'm')
         agent.handle_events()
+        return agent
+
+    def test_arriving_with_the_sources_restriction(self):
+        agent = self.arrive_restricted()
         self.assertEqual(('m', (), ()), self.hv.restored[0])
         self.assertEqual(tuple(range(32)), self.hv.pins['m'])
         self.assertEqual((), agent.nova_allowed['m'])
@@ -1224,16 +1230,8 @@ class TestNovasIntent(AgentTestCase):
         # Stepped back, the agent still hands a guest that came with the
         # source agent's restriction Nova's placement, and places nothing.
         self.hv.kernel = kernel_mod.KernelState(numad=(9,))
-        agent = self.make_agent()
-        agent.cycle()
-        source = hv_mod.Recorded(host='cmp-src', nova_nodes=(), nova_cpus=(),
-                                 nodes=(1,), cpus=(8, 9), action='moved',
-                                 outcome='ok', at='2026-01-01T00:00:00Z')
-        self.hv.add('m', {1: 4 * GIB}, vcpu_node=1, recorded=source)
-        self.hv.nodesets['m'] = (1,)
-        self.clock.now += 1
-        agent.on_lifecycle('started', 'm')
-        agent.handle_events()
+        agent = self.arrive_restricted()
+        self.assertIsNotNone(agent.stepped_back)
         self.assertEqual([('m', (), ())], self.hv.restored)
         self.assertEqual(tuple(range(32)), self.hv.pins['m'])
         self.assertEqual('skipped', agent.decisions['m'].action)

@@ -53,7 +53,6 @@ class TestKernelState(base.TestCase):
         self.write('92/comm', 'numad\n')
         state = kernel.read(self.proc)
         self.assertEqual(1, state.numa_balancing)
-        self.assertTrue(state.balancing)
         self.assertEqual((812,), state.numad)
         self.assertEqual('Kernel: automatic NUMA balancing on '
                          '(kernel.numa_balancing = 1); numad runs (pid '
@@ -64,19 +63,16 @@ class TestKernelState(base.TestCase):
     def test_nothing_readable_is_unknown_and_no_numad(self):
         state = kernel.read(os.path.join(self.proc, 'missing'))
         self.assertIsNone(state.numa_balancing)
-        self.assertIsNone(state.balancing)
         self.assertEqual((), state.numad)
         self.assertEqual('Kernel: automatic NUMA balancing unknown; numad '
                          'not running.', state.text())
 
     def test_odd_sysctl_values(self):
-        for text, value, balancing in (('0', 0, False), ('2', 2, False),
-                                       ('3', 3, True), ('on', None, None),
-                                       ('-1', None, None), ('', None, None)):
+        for text, value in (('0', 0), ('2', 2), ('3', 3), ('on', None),
+                            ('-1', None), ('', None)):
             self.write('sys/kernel/numa_balancing', text)
-            state = kernel.read(self.proc)
-            self.assertEqual(value, state.numa_balancing, text)
-            self.assertEqual(balancing, state.balancing, text)
+            self.assertEqual(value, kernel.read(self.proc).numa_balancing,
+                             text)
         self.write('sys/kernel/numa_balancing', '2')
         self.assertIn('memory tiering only (kernel.numa_balancing = 2)',
                       kernel.read(self.proc).text())
