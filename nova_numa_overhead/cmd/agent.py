@@ -150,6 +150,7 @@ class AgentService(service_base.ServiceBase):
         self.publisher = publisher
         self.notifier = notifier
         self.agent = None
+        self.model_state = None
         self.simulated = None
         self._loops = []
         self._events_thread = None
@@ -160,6 +161,7 @@ class AgentService(service_base.ServiceBase):
         from oslo_service import loopingcall
 
         from nova_numa_overhead.compute import agent as agent_mod
+        from nova_numa_overhead.compute import model_state
         from nova_numa_overhead import rpc
         conf = self.conf
         opts = conf.numa_overhead_agent
@@ -187,6 +189,12 @@ class AgentService(service_base.ServiceBase):
                 LOG.warning('Notifications disabled: %s', error)
         self.agent = agent_mod.Agent(conf, self.hypervisor, self.publisher,
                                      host, notifier=self.notifier)
+        # What the optimizer learned of the model's fit, from the last
+        # run (written below, after the cycles, and at stop).
+        self.model_state = model_state.Keeper(
+            opts.state_file or '', self.agent.optimizer,
+            self.agent.topology.size)
+        self.model_state.restore()
         # libvirt's event thread only queues; this thread does the work.
         self._stopping.clear()
         self._events_thread = threading.Thread(
@@ -218,6 +226,16 @@ class AgentService(service_base.ServiceBase):
             LOG.exception('Sampling cycle failed; next one in '
                           '%d s', self.conf.numa_overhead_agent
                           .sample_interval)
+        self._save_model_state()
+
+    def _save_model_state(self, force=False):
+        keeper = self.model_state
+        if keeper is None:
+            return
+        try:
+            keeper.save(force=force)
+        except Exception:
+            LOG.exception('Saving the cost model state failed')
 
     def _handle_events(self):
         while not self._stopping.is_set():
@@ -245,6 +263,7 @@ class AgentService(service_base.ServiceBase):
             self._events_thread.join(timeout=5)
             self._events_thread = None
         rpc.stop_listeners()
+        self._save_model_state(force=True)
         stop_publisher = getattr(self.publisher, 'stop', None)
         if stop_publisher is not None:
             stop_publisher()

@@ -618,6 +618,33 @@ def _optimizer(conf, enforcement: str, guests: list, host: str) -> dict:
     for key in ('moved', 'kept', 'undone'):
         out[key] = sum(g['optimizer'][key] for g in mine)
     out['guests'] = sum(1 for g in mine if g['optimizer']['moved'])
+    out['model'] = _model_state(opts.state_file or '')
+    return out
+
+
+def _model_state(path: str) -> dict:
+    """What the running agent saved of the cost model's fit on this host
+    (``[numa_overhead_agent] state_file``): its trust and the calibration
+    of its recent verdicts, or why there is nothing to show.
+    """
+    from nova_numa_overhead.compute import model_state
+    from nova_numa_overhead.compute import optimizer as opt_mod
+    out = {'file': path or None, 'saved_at': None, 'trust': None,
+           'calibration': None, 'error': None}
+    if not path:
+        return out
+    try:
+        data = model_state.load(path, opt_mod.TRUST_MIN)
+    except model_state.StateError as exc:
+        out['error'] = str(exc)
+        return out
+    if data is None:
+        return out
+    out['saved_at'] = data['saved_at'] or None
+    out['trust'] = round(data['trust'], 3)
+    out['calibration'] = {
+        kind: opt_mod.calibration_summary(pairs)
+        for kind, pairs in data['predictions'].items()}
     return out
 
 
@@ -800,6 +827,21 @@ def _optimizer_text(optimizer: dict) -> str:
                      optimizer['undone']))
     else:
         text += ' It has moved none of the guests here now.'
+    model = optimizer.get('model') or {}
+    if model.get('error'):
+        text += ' Its saved cost model state is unusable: %s.' % (
+            model['error'])
+    elif model.get('trust') is not None:
+        from nova_numa_overhead.compute import optimizer as opt_mod
+        fit = opt_mod.calibration_text(model['calibration'])
+        text += (' The running agent saved at %s its trust in the cost '
+                 'model, %.2f (1: its predicted gains came true)%s.' % (
+                     model['saved_at'] or 'an unknown time', model['trust'],
+                     '; at its recent verdicts, ' + fit if fit else
+                     ', and no verdict yet'))
+    elif model.get('file'):
+        text += (' No cost model state saved in %s yet (no verdict since '
+                 'the agent started with it).' % model['file'])
     return text
 
 

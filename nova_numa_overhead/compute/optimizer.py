@@ -1565,6 +1565,24 @@ class Optimizer:
                       'trust': self.trust,
                       'text': calibration_text(self.calibration())})
 
+    def export_state(self) -> dict:
+        """What this host taught the optimizer of the cost model's fit,
+        for :mod:`.model_state`: the trust and the (predicted, measured)
+        pairs of the recent verdicts.
+        """
+        return {'trust': self.trust,
+                'predictions': {kind: list(pairs) for kind, pairs in
+                                self.predictions.items()}}
+
+    def import_state(self, state: dict) -> None:
+        """:meth:`export_state`'s output of an earlier run of the agent
+        on this host (checked by :func:`.model_state.validate`).
+        """
+        self.trust = min(max(float(state['trust']), TRUST_MIN), 1.0)
+        for kind, pairs in self.predictions.items():
+            pairs.clear()
+            pairs.extend(tuple(p) for p in state['predictions'][kind])
+
     def calibration(self) -> dict:
         """How the cost model's predictions of the recent verdicts came
         true: kind (``guest``: the moved guests; ``neighbours``: the

@@ -698,6 +698,29 @@ Related options:
 * ``[numa_overhead_agent] rml_thresholds``
 * ``[numa_overhead_agent] node_bandwidth_mbps``
 """),
+    cfg.StrOpt(
+        'state_file',
+        default='/var/lib/nova/numa-overhead-model.json',
+        help="""
+JSON file where the agent keeps what its optimizer learned of the cost model's
+fit on this host across restarts: its trust in the model (how far predicted
+gains came true at the closed loop's verdicts; a host whose costs the model
+misjudges gets fewer, surer moves) and the predictions beside the measured
+changes of its recent verdicts (``nova-numa-overhead status`` shows them).
+Without it a restarted agent trusts the model fully again. Read when the
+agent starts, written (atomically) at most once a minute after a verdict and
+when it stops, by the agent's own user: its directory must be writable by it
+(nova-compute's ``state_path`` by default). A file that cannot be read, written
+or used is a warning; the agent keeps the state in memory and goes on.
+
+Possible values:
+
+* A path, or empty to keep the state in memory only.
+
+Related options:
+
+* ``[numa_overhead_agent] optimize``
+"""),
     _thresholds('llc', estimator.DEFAULT_LLC_THRESHOLDS,
                 'LLC contention (1 - LLC hit rate)'),
     _thresholds('mc', estimator.DEFAULT_MC_THRESHOLDS,

@@ -180,6 +180,8 @@ class TestPostConfig(DevstackPluginTestCase):
         self.assertEqual('advisory', agent.enforcement)
         self.assertEqual('floating', agent.managed_guests)
         self.assertIsNone(agent.topology_file)
+        self.assertEqual(os.path.join(self.state_dir, 'model.json'),
+                         agent.state_file)
         helper = 'sudo %s/privsep-helper --config-file %s' % (
             BIN_DIR, self.cpu_conf)
         self.assertEqual(helper, conf.numa_overhead_privileged.helper_command)

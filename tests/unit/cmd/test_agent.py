@@ -11,6 +11,8 @@
 # under the License.
 
 import io
+import json
+import os
 import tempfile
 from unittest import mock
 
@@ -109,6 +111,40 @@ class TestAgentService(base.TestCase):
         svc.wait()
         loop_cls.return_value.stop.assert_called_once_with()
         self.assertEqual([True], closed)
+
+    def test_the_cost_model_state_outlives_the_agent(self):
+        from oslo_service import loopingcall
+        self.useFixture(fixtures.MockPatchObject(
+            loopingcall, 'FixedIntervalLoopingCall', autospec=True))
+        state = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                             'model.json')
+        with open(state, 'w') as f:
+            json.dump({'version': 1, 'nodes': 2, 'trust': 0.4,
+                       'saved_at': '2026-11-29T10:00:00Z',
+                       'predictions': {'guest': [[1.1, 1.0]],
+                                       'neighbours': []}}, f)
+        conf = conf_with('[numa_overhead]\ntransport_url = fake://\n'
+                         '[numa_overhead_agent]\nstate_file = %s\n'
+                         % state)
+        svc = agent_cmd.AgentService(conf, hypervisor=fakes.FakeHypervisor(
+            nodes=2), publisher=test_agent.FakePublisher(),
+            notifier=test_agent.FakeNotifier())
+        svc.start()
+        optimizer = svc.agent.optimizer
+        self.assertEqual(0.4, optimizer.trust)
+        self.assertEqual([(1.1, 1.0)], list(optimizer.predictions['guest']))
+        # A verdict taught it more; the agent stops before the next save.
+        optimizer.trust = 0.3
+        svc._cycle()
+        with open(state) as f:
+            self.assertEqual(0.3, json.load(f)['trust'])
+        optimizer.trust = 0.25
+        svc._cycle()
+        with open(state) as f:
+            self.assertEqual(0.3, json.load(f)['trust'])
+        svc.stop()
+        with open(state) as f:
+            self.assertEqual(0.25, json.load(f)['trust'])
 
     def test_a_failing_cycle_is_logged_not_raised(self):
         svc = agent_cmd.AgentService(conf_with(''))

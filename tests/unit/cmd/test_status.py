@@ -253,13 +253,29 @@ class TestOnLibvirt(StatusTestCase):
         agent.optimizer.backoff[name] = (1, agent.clock() + 600.0)
         agent.write_record(agent.domains[name])
         until = agent.optimizer.backoff_record(name)[1]
+        # What the running agent saved of the model's fit here.
+        from nova_numa_overhead.compute import model_state
+        agent.optimizer.trust = 0.62
+        agent.optimizer.predictions['guest'].extend(
+            [(1.10, 1.02), (1.05, 1.06)])
+        state = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                             'model.json')
+        keeper = model_state.Keeper(state, agent.optimizer, 2)
+        self.assertTrue(keeper.save())
         conf = self.write_conf('[DEFAULT]\nhost = cmp-status\n'
                                '[numa_overhead_agent]\n'
-                               'enforcement = pages\n')
+                               'enforcement = pages\n'
+                               'state_file = %s\n' % state)
         rc = self.run_status('--connect', URI, '--format', 'json',
                              '--sample', '0', '--config-file', conf)
         self.assertEqual(0, rc, self.stderr.getvalue())
         data = json.loads(self.stdout.getvalue())
+        model = data['optimizer'].pop('model')
+        self.assertEqual(state, model['file'])
+        self.assertEqual(0.62, model['trust'])
+        self.assertIsNone(model['error'])
+        self.assertEqual(2, model['calibration']['guest']['judged'])
+        self.assertEqual({'judged': 0}, model['calibration']['neighbours'])
         guests = {g['name']: g for g in data['guests']}
         self.assertEqual({'moved': 3, 'kept': 1, 'undone': 1,
                           'left_alone_until': until},
@@ -275,6 +291,28 @@ class TestOnLibvirt(StatusTestCase):
                       'rest not judged.', out)
         self.assertIn('optimizer moves 3 (kept 1, undone 1); optimizer '
                       'leaves it alone until %s' % until, out)
+        self.assertIn('The running agent saved at %s its trust in the cost '
+                      'model, 0.62 (1: its predicted gains came true); at '
+                      'its recent verdicts, moved guests 2, measured speed '
+                      'relative to predicted: median' % model['saved_at'],
+                      ' '.join(out.split()))
+
+    def test_saved_model_state_missing_or_unusable(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        state = os.path.join(tmp, 'model.json')
+        for content, words in (
+                (None, 'No cost model state saved in %s yet (no verdict '
+                       'since the agent started with it).' % state),
+                ('{"version": 1, "nodes": 2, "trust": 7}',
+                 'Its saved cost model state is unusable: %s: trust 7 is '
+                 'not a number from 0.1 to 1.' % state)):
+            if content is not None:
+                with open(state, 'w') as f:
+                    f.write(content)
+            conf = self.write_conf('[numa_overhead_agent]\n'
+                                   'state_file = %s\n' % state)
+            out = self.text_again(conf)
+            self.assertIn(words, ' '.join(out.split()))
 
     def test_config_file_and_nothing_changes(self):
         before = self.floating.numaParameters()
