@@ -190,11 +190,17 @@ class AgentService(service_base.ServiceBase):
         self.agent = agent_mod.Agent(conf, self.hypervisor, self.publisher,
                                      host, notifier=self.notifier)
         # What the optimizer learned of the model's fit, from the last
-        # run (written below, after the cycles, and at stop).
+        # run (written below, after the cycles, and at stop); not that of
+        # a simulated host.
         self.model_state = model_state.Keeper(
-            opts.state_file or '', self.agent.optimizer,
-            self.agent.topology.size)
-        self.model_state.restore()
+            '' if self.simulated is not None else opts.state_file or '',
+            self.agent.optimizer, model_state.learned_for(
+                conf, host, self.agent.topology))
+        try:
+            self.model_state.restore()
+        except Exception:
+            LOG.exception('Restoring the cost model state failed; the '
+                          'optimizer starts afresh')
         # libvirt's event thread only queues; this thread does the work.
         self._stopping.clear()
         self._events_thread = threading.Thread(

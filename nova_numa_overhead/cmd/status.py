@@ -579,7 +579,8 @@ def _status(conf, agent, uri, samples, interval, decisions, moves,
         'report': report.to_dict() if report is not None else None,
         'sources': _sources(agent, hv),
         'kernel': _kernel(agent, enforcement),
-        'optimizer': _optimizer(conf, enforcement, guest_list, agent.host),
+        'optimizer': _optimizer(conf, enforcement, guest_list, agent.host,
+                                topology),
         'notes': _notes(guest_list, left_on),
     }
 
@@ -600,7 +601,8 @@ def _kernel(agent, enforcement: str) -> dict | None:
     return out
 
 
-def _optimizer(conf, enforcement: str, guests: list, host: str) -> dict:
+def _optimizer(conf, enforcement: str, guests: list, host: str,
+               topology=None) -> dict:
     """The optimizer as the configuration given to ``status`` sets it
     (moves, advises or off), and the running agent's moves of the guests
     here now with their verdicts, from the guests' records.
@@ -618,28 +620,42 @@ def _optimizer(conf, enforcement: str, guests: list, host: str) -> dict:
     for key in ('moved', 'kept', 'undone'):
         out[key] = sum(g['optimizer'][key] for g in mine)
     out['guests'] = sum(1 for g in mine if g['optimizer']['moved'])
-    out['model'] = _model_state(opts.state_file or '')
+    out['model'] = _model_state(conf, host, topology)
     return out
 
 
-def _model_state(path: str) -> dict:
-    """What the running agent saved of the cost model's fit on this host
+def _model_state(conf, host, topology) -> dict:
+    """What the agent last saved of the cost model's fit on this host
     (``[numa_overhead_agent] state_file``): its trust and the calibration
     of its recent verdicts, or why there is nothing to show.
     """
     from nova_numa_overhead.compute import model_state
     from nova_numa_overhead.compute import optimizer as opt_mod
+    path = conf.numa_overhead_agent.state_file or ''
     out = {'file': path or None, 'saved_at': None, 'trust': None,
            'calibration': None, 'error': None}
     if not path:
         return out
     try:
         data = model_state.load(path, opt_mod.TRUST_MIN)
-    except model_state.StateError as exc:
-        out['error'] = str(exc)
+    except (model_state.StateError, OSError, UnicodeDecodeError) as exc:
+        out['error'] = str(exc) if isinstance(
+            exc, model_state.StateError) else 'cannot read %s: %s' % (
+                path, exc)
+        return out
+    except Exception as exc:
+        out['error'] = '%s: %s' % (path, exc)
         return out
     if data is None:
         return out
+    if topology is not None:
+        changed = model_state.differs(data, model_state.learned_for(
+            conf, host, topology))
+        if changed:
+            out['error'] = ('%s: learned for another %s; the agent starts '
+                            'afresh with it' % (path, ', '.join(
+                                model_state.FOR[k] for k in changed)))
+            return out
     out['saved_at'] = data['saved_at'] or None
     out['trust'] = round(data['trust'], 3)
     out['calibration'] = {
@@ -829,19 +845,19 @@ def _optimizer_text(optimizer: dict) -> str:
         text += ' It has moved none of the guests here now.'
     model = optimizer.get('model') or {}
     if model.get('error'):
-        text += ' Its saved cost model state is unusable: %s.' % (
+        text += ' Its saved cost model state cannot be used: %s.' % (
             model['error'])
     elif model.get('trust') is not None:
         from nova_numa_overhead.compute import optimizer as opt_mod
         fit = opt_mod.calibration_text(model['calibration'])
-        text += (' The running agent saved at %s its trust in the cost '
+        text += (' The agent last saved at %s its trust in the cost '
                  'model, %.2f (1: its predicted gains came true)%s.' % (
                      model['saved_at'] or 'an unknown time', model['trust'],
                      '; at its recent verdicts, ' + fit if fit else
                      ', and no verdict yet'))
     elif model.get('file'):
-        text += (' No cost model state saved in %s yet (no verdict since '
-                 'the agent started with it).' % model['file'])
+        text += (' No cost model state saved in %s yet (no verdict has '
+                 'changed it).' % model['file'])
     return text
 
 

@@ -25,16 +25,25 @@ same directory, then a rename: a crash leaves the old file or the new
 one) at most every SAVE_INTERVAL seconds once a verdict changed what it
 holds, and when it stops. ``status`` shows it.
 
-No file is a first start. A file the agent cannot read or parse, or one
-written on a host with another number of NUMA nodes, is one warning line
-and a fresh start (it is replaced once a verdict changes the state); a
-file it cannot write is one warning line, and the state stays in memory:
-the agent goes on either way.
+The state is only for the model it was learned for: a file written by
+another version of the plugin (whose cost model may predict otherwise),
+for another host name, NUMA topology (node count, distances) or model
+inputs (``topology_file``, ``node_bandwidth_mbps``) starts the optimizer
+afresh (an info line). No file is a first start. A file the agent cannot
+parse or use is one warning line and a fresh start, and is renamed
+``<file>.bad`` first (a newer version's file, or one to look at, is not
+overwritten); one it cannot read or write is one warning line, and the
+state stays in memory: the agent goes on in every case. To reset the
+trust by hand: stop the agent, remove the file, start it.
 """
 
+import glob
 import json
 import math
 import os
+import re
+import tempfile
+import threading
 import time
 
 from oslo_log import log as logging
@@ -43,11 +52,34 @@ LOG = logging.getLogger(__name__)
 
 VERSION = 1
 SAVE_INTERVAL = 60.0      # seconds between two writes at most
+MAX_BYTES = 1 << 20       # a larger file is not read
+MODE = 0o644              # status may run as another user
 KINDS = ('guest', 'neighbours')
+ISO = re.compile(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$')
+# What the state was learned for: another value starts afresh.
+FOR = {'plugin': 'plugin version', 'host': 'host name',
+       'nodes': 'NUMA node count', 'distances': 'NUMA distances',
+       'topology_file': 'topology_file',
+       'node_bandwidth_mbps': 'node_bandwidth_mbps'}
 
 
 class StateError(ValueError):
     """A state file that cannot be used (one line, naming the file)."""
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + '...'
+
+
+def _speed(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _pairs(path, kind, value) -> list:
@@ -55,45 +87,45 @@ def _pairs(path, kind, value) -> list:
         raise StateError('%s: predictions.%s is not a list' % (path, kind))
     out = []
     for pair in value:
-        if not (isinstance(pair, list) and len(pair) == 2 and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and
-                math.isfinite(v) and v >= 0 for v in pair)):
-            raise StateError('%s: predictions.%s holds %r, not a pair of '
-                             'speeds >= 0' % (path, kind, pair))
-        out.append((float(pair[0]), float(pair[1])))
+        speeds = [_speed(v) for v in pair] if isinstance(pair, list) and \
+            len(pair) == 2 else [None]
+        if None in speeds:
+            raise StateError('%s: predictions.%s holds %s, not a pair of '
+                             'speeds >= 0' % (path, kind, _short(pair)))
+        out.append(tuple(speeds))
     return out
 
 
 def validate(path, data, trust_min: float) -> dict:
-    """``data`` read from ``path``, checked: {'version', 'nodes', 'trust',
-    'saved_at', 'predictions': {kind: [(predicted, measured), ...]}}.
+    """``data`` read from ``path``, checked: {'version', 'trust',
+    'saved_at', 'predictions': {kind: [(predicted, measured), ...]},
+    'learned_for': {...}}.
 
     :raises StateError: naming the file and what is wrong.
     """
     if not isinstance(data, dict):
         raise StateError('%s: not a JSON object' % path)
     if data.get('version') != VERSION:
-        raise StateError('%s: version %r, not %d' % (
-            path, data.get('version'), VERSION))
-    nodes = data.get('nodes')
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        raise StateError('%s: nodes %r is not a count of NUMA nodes' % (
-            path, nodes))
-    trust = data.get('trust')
-    if not isinstance(trust, (int, float)) or isinstance(trust, bool) or \
-            not trust_min <= trust <= 1.0:
-        raise StateError('%s: trust %r is not a number from %g to 1' % (
-            path, trust, trust_min))
+        raise StateError('%s: version %s, not %d' % (
+            path, _short(data.get('version')), VERSION))
+    trust = _speed(data.get('trust'))
+    if trust is None or not trust_min <= trust <= 1.0:
+        raise StateError('%s: trust %s is not a number from %g to 1' % (
+            path, _short(data.get('trust')), trust_min))
     saved = data.get('saved_at', '')
-    if not isinstance(saved, str):
-        raise StateError('%s: saved_at %r is not a time' % (path, saved))
+    if not isinstance(saved, str) or saved and not ISO.match(saved):
+        raise StateError('%s: saved_at %s is not a UTC time '
+                         '(YYYY-MM-DDThh:mm:ssZ)' % (path, _short(saved)))
+    learned_for = data.get('learned_for')
+    if not isinstance(learned_for, dict):
+        raise StateError('%s: learned_for is not a JSON object' % path)
     predictions = data.get('predictions')
     if not isinstance(predictions, dict) or \
             set(predictions) != set(KINDS):
         raise StateError('%s: predictions must hold exactly %s' % (
             path, ' and '.join(KINDS)))
-    return {'version': VERSION, 'nodes': nodes, 'trust': float(trust),
-            'saved_at': saved,
+    return {'version': VERSION, 'trust': trust, 'saved_at': saved,
+            'learned_for': learned_for,
             'predictions': {kind: _pairs(path, kind, predictions[kind])
                             for kind in KINDS}}
 
@@ -102,55 +134,95 @@ def load(path, trust_min: float) -> dict | None:
     """The state in ``path`` (:func:`validate`), None when there is no
     such file.
 
-    :raises StateError: the file cannot be read or used.
+    :raises OSError: it cannot be read (or is not a file).
+    :raises StateError: it cannot be used.
     """
     try:
-        with open(path, encoding='utf-8') as f:
-            text = f.read()
+        with open(path, 'rb') as f:
+            raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StateError('cannot read %s: %s' % (path, exc))
+    if len(raw) > MAX_BYTES:
+        raise StateError('%s: larger than %d bytes' % (path, MAX_BYTES))
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise StateError('%s: not JSON: %s' % (path, exc))
+        data = json.loads(raw.decode('utf-8'))
+    except (ValueError, RecursionError) as exc:
+        raise StateError('%s: not JSON: %s' % (path, _short(str(exc))))
     return validate(path, data, trust_min)
 
 
 def save(path, data: dict) -> None:
-    """Write ``data`` to ``path`` atomically (same directory, rename).
+    """Write ``data`` to ``path`` atomically: a new temporary file in the
+    same directory (O_EXCL: never another's), then a rename.
 
     :raises OSError: it could not be written (the old file stays).
     """
-    tmp = '%s.%d.tmp' % (path, os.getpid())
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=name + '.', suffix='.tmp',
+                               dir=directory)
     try:
-        with open(tmp, 'w', encoding='utf-8') as f:
+        with os.fdopen(fd, 'w', encoding='utf-8') as f:
             json.dump(data, f, indent=1, sort_keys=True)
             f.write('\n')
             f.flush()
+            os.fchmod(f.fileno(), MODE)
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError:
+    except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def differs(data: dict, learned_for: dict) -> list:
+    """The keys of FOR whose saved value is not this host's now."""
+    saved = data.get('learned_for') or {}
+    return [k for k in FOR if saved.get(k) != learned_for.get(k)]
+
+
+def plugin_version() -> str:
+    try:
+        from importlib import metadata
+        return metadata.version('nova-numa-overhead')
+    except Exception:
+        return 'unknown'
+
+
+def learned_for(conf, host: str, topology) -> dict:
+    """What a state is learned for on this host now (FOR)."""
+    opts = conf.numa_overhead_agent
+    return {'plugin': plugin_version(), 'host': host,
+            'nodes': topology.size,
+            'distances': [list(row) for row in topology.distances],
+            'topology_file': opts.topology_file or '',
+            'node_bandwidth_mbps': opts.node_bandwidth_mbps}
 
 
 class Keeper:
-    """Reads and writes one optimizer's state in ``path`` ('' : never)."""
+    """Reads and writes one optimizer's state in ``path`` ('' : never),
+    learned for ``learned_for`` (:func:`learned_for`).
+    """
 
-    def __init__(self, path: str, optimizer, nodes: int,
+    def __init__(self, path: str, optimizer, learned_for: dict,
                  clock=time.monotonic):
         self.path = path
         self.optimizer = optimizer
-        self.nodes = nodes
+        self.learned_for = learned_for
         self.clock = clock
         self.saved = None         # what the last save (or restore) held
         self.saved_at = None      # clock() of the last save
         self.failing = False      # the last write failed (warned once)
+        self.lock = threading.Lock()
 
     def restore(self) -> bool:
         """Give the optimizer the state in the file; whether it did."""
@@ -159,28 +231,53 @@ class Keeper:
         from nova_numa_overhead.compute import optimizer as opt_mod
         # Only what verdicts change from here on is written.
         self.saved = self._snapshot()
+        self._remove_leftovers()
         try:
             data = load(self.path, opt_mod.TRUST_MIN)
         except StateError as exc:
+            self._set_aside(exc)
+            return False
+        except (OSError, UnicodeDecodeError) as exc:
             LOG.warning('Cost model state not restored, starting afresh: '
-                        '%s', exc)
+                        'cannot read %s: %s', self.path, exc)
             return False
         if data is None:
             LOG.info('No cost model state in %s yet: the optimizer starts '
                      'with trust %.2f', self.path, self.optimizer.trust)
             return False
-        if data['nodes'] != self.nodes:
-            LOG.warning('Cost model state not restored, starting afresh: '
-                        '%s was written on a host of %d NUMA nodes, this '
-                        'one has %d', self.path, data['nodes'], self.nodes)
+        changed = differs(data, self.learned_for)
+        if changed:
+            LOG.info('Cost model state in %s not restored, starting '
+                     'afresh: it was learned for another %s', self.path,
+                     ', '.join(FOR[k] for k in changed))
             return False
         self.optimizer.import_state(data)
         self.saved = self._snapshot()
         LOG.info('Cost model state restored from %s (saved %s): trust '
-                 '%.2f, %d verdicts of moved guests', self.path,
+                 '%.2f, predictions of %d moved guests', self.path,
                  data['saved_at'] or 'at an unknown time', data['trust'],
-                 len(data['predictions']['guest']))
+                 len(self.optimizer.predictions['guest']))
         return True
+
+    def _set_aside(self, exc) -> None:
+        bad = self.path + '.bad'
+        try:
+            os.replace(self.path, bad)
+            kept = 'set aside as %s' % bad
+        except OSError as err:
+            kept = 'not set aside (%s)' % err
+        LOG.warning('Cost model state not restored, starting afresh: %s '
+                    '(%s)', exc, kept)
+
+    def _remove_leftovers(self) -> None:
+        """Temporary files a crash during a save left behind."""
+        directory, name = os.path.split(os.path.abspath(self.path))
+        for tmp in glob.glob(os.path.join(glob.escape(directory),
+                                          glob.escape(name) + '.*.tmp')):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
     def _snapshot(self) -> dict:
         state = self.optimizer.export_state()
@@ -195,6 +292,10 @@ class Keeper:
         """
         if not self.path:
             return False
+        with self.lock:
+            return self._save(force)
+
+    def _save(self, force) -> bool:
         now = self.clock()
         if not force and self.saved_at is not None and \
                 now - self.saved_at < SAVE_INTERVAL:
@@ -202,7 +303,8 @@ class Keeper:
         snapshot = self._snapshot()
         if snapshot == self.saved:
             return False
-        data = dict(snapshot, version=VERSION, nodes=self.nodes,
+        data = dict(snapshot, version=VERSION,
+                    learned_for=self.learned_for,
                     saved_at=time.strftime('%Y-%m-%dT%H:%M:%SZ',
                                            time.gmtime()))
         self.saved_at = now

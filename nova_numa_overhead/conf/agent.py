@@ -702,16 +702,22 @@ Related options:
         'state_file',
         default='/var/lib/nova/numa-overhead-model.json',
         help="""
-JSON file where the agent keeps what its optimizer learned of the cost model's
-fit on this host across restarts: its trust in the model (how far predicted
-gains came true at the closed loop's verdicts; a host whose costs the model
-misjudges gets fewer, surer moves) and the predictions beside the measured
-changes of its recent verdicts (``nova-numa-overhead status`` shows them).
-Without it a restarted agent trusts the model fully again. Read when the
-agent starts, written (atomically) at most once a minute after a verdict and
-when it stops, by the agent's own user: its directory must be writable by it
-(nova-compute's ``state_path`` by default). A file that cannot be read, written
-or used is a warning; the agent keeps the state in memory and goes on.
+JSON file where the agent keeps, across its restarts, what its optimizer
+learned of the cost model's fit on this host: its trust in the model (how
+far predicted gains came true at the closed loop's verdicts; a host whose
+costs the model misjudges gets fewer, surer moves) and the predictions
+beside the measured changes of its recent verdicts (``nova-numa-overhead
+status`` shows them). Without it a restarted agent trusts the model fully
+again. A file learned for another plugin version, host name, NUMA
+topology, ``topology_file`` or ``node_bandwidth_mbps`` is not used (the
+optimizer starts afresh). Read when the agent starts; written atomically
+at most once a minute after a verdict changed it, and when the agent
+stops, by the agent's user, who must be able to write to its directory
+(the default is in /var/lib/nova, nova-compute's default ``state_path``).
+A file that cannot be read or written is a warning, one that cannot be
+used is set aside as ``<file>.bad``: the agent keeps the state in memory
+and goes on. To reset the trust: stop the agent, remove the file, start
+it.
 
 Possible values:
 
@@ -720,6 +726,7 @@ Possible values:
 Related options:
 
 * ``[numa_overhead_agent] optimize``
+* ``[numa_overhead_agent] topology_file``
 """),
     _thresholds('llc', estimator.DEFAULT_LLC_THRESHOLDS,
                 'LLC contention (1 - LLC hit rate)'),

@@ -108,6 +108,7 @@ class OutageRun:
                     'transport_url = rabbit://guest:guest@%s/\n'
                     'report_topic = %s\n'
                     '[numa_overhead_agent]\nconnection_uri = %s\n'
+                    'state_file =\n'
                     'sample_interval = 1\nreport_interval = 10\n'
                     'heartbeat_interval = 5\nrebalance_interval = 0\n'
                     'enforcement = nodeset\nreserve_mb = 64\n'

@@ -135,6 +135,7 @@ class TestCellsV2(base.TestCase):
         """
         text = ('[DEFAULT]\nhost = %s\ntransport_url = %s\n'
                 '[numa_overhead_agent]\nconnection_uri = test:///default\n'
+                'state_file =\n'
                 'sample_interval = 1\nreport_interval = 600\n'
                 'heartbeat_interval = 90\n' % (host, self.url(self.cell)))
         if reports_to:

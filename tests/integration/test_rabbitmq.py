@@ -182,7 +182,7 @@ class TestReportsOverRabbitMQ(base.TestCase):
                     '[numa_overhead]\ntransport_url = %s\n'
                     'report_topic = %s\n'
                     '[numa_overhead_agent]\n'
-                    'connection_uri = test:///default\n'
+                    'connection_uri = test:///default\nstate_file =\n'
                     'sample_interval = 1\nreport_interval = 600\n'
                     'heartbeat_interval = 90\nenforcement = advisory\n'
                     % (TRANSPORT_URL, self.topic))

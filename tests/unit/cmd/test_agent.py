@@ -28,6 +28,9 @@ from tests.unit.compute import test_agent
 def conf_with(text):
     conf = cfg.ConfigOpts()
     agent_cmd._register(conf)
+    # Nothing outside the test's own files (a test that wants the state
+    # file sets one).
+    conf.set_default('state_file', '', group='numa_overhead_agent')
     f = tempfile.NamedTemporaryFile('w', suffix='.conf', delete=False)
     f.write(text)
     f.close()
@@ -118,33 +121,64 @@ class TestAgentService(base.TestCase):
             loopingcall, 'FixedIntervalLoopingCall', autospec=True))
         state = os.path.join(self.useFixture(fixtures.TempDir()).path,
                              'model.json')
-        with open(state, 'w') as f:
-            json.dump({'version': 1, 'nodes': 2, 'trust': 0.4,
-                       'saved_at': '2026-11-29T10:00:00Z',
-                       'predictions': {'guest': [[1.1, 1.0]],
-                                       'neighbours': []}}, f)
-        conf = conf_with('[numa_overhead]\ntransport_url = fake://\n'
+        conf = conf_with('[DEFAULT]\nhost = cmp-3\n'
+                         '[numa_overhead]\ntransport_url = fake://\n'
                          '[numa_overhead_agent]\nstate_file = %s\n'
                          % state)
-        svc = agent_cmd.AgentService(conf, hypervisor=fakes.FakeHypervisor(
-            nodes=2), publisher=test_agent.FakePublisher(),
-            notifier=test_agent.FakeNotifier())
-        svc.start()
+
+        def service():
+            svc = agent_cmd.AgentService(
+                conf, hypervisor=fakes.FakeHypervisor(nodes=2),
+                publisher=test_agent.FakePublisher(),
+                notifier=test_agent.FakeNotifier())
+            svc.start()
+            return svc
+
+        svc = service()
         optimizer = svc.agent.optimizer
-        self.assertEqual(0.4, optimizer.trust)
-        self.assertEqual([(1.1, 1.0)], list(optimizer.predictions['guest']))
-        # A verdict taught it more; the agent stops before the next save.
+        # Verdicts taught it; a cycle saves.
+        optimizer.trust = 0.4
+        optimizer.predictions['guest'].append((1.1, 1.0))
+        svc._cycle()
+        with open(state) as f:
+            self.assertEqual(0.4, json.load(f)['trust'])
+        # Another verdict within the minute: saved when the agent stops.
         optimizer.trust = 0.3
         svc._cycle()
         with open(state) as f:
-            self.assertEqual(0.3, json.load(f)['trust'])
-        optimizer.trust = 0.25
-        svc._cycle()
-        with open(state) as f:
-            self.assertEqual(0.3, json.load(f)['trust'])
+            self.assertEqual(0.4, json.load(f)['trust'])
         svc.stop()
         with open(state) as f:
-            self.assertEqual(0.25, json.load(f)['trust'])
+            self.assertEqual(0.3, json.load(f)['trust'])
+
+        restarted = service()
+        self.addCleanup(restarted.stop)
+        self.assertEqual(0.3, restarted.agent.optimizer.trust)
+        self.assertEqual([(1.1, 1.0)],
+                         list(restarted.agent.optimizer.predictions['guest']))
+
+    def test_a_failing_restore_or_save_never_stops_the_agent(self):
+        from nova_numa_overhead.compute import model_state
+        from oslo_service import loopingcall
+        self.useFixture(fixtures.MockPatchObject(
+            loopingcall, 'FixedIntervalLoopingCall', autospec=True))
+        self.useFixture(fixtures.MockPatchObject(
+            model_state.Keeper, 'restore', side_effect=RuntimeError('r')))
+        self.useFixture(fixtures.MockPatchObject(
+            model_state.Keeper, 'save', side_effect=RuntimeError('s')))
+        conf = conf_with('[numa_overhead]\ntransport_url = fake://\n'
+                         '[numa_overhead_agent]\nstate_file = /x.json\n')
+        svc = agent_cmd.AgentService(
+            conf, hypervisor=fakes.FakeHypervisor(nodes=2),
+            publisher=test_agent.FakePublisher(),
+            notifier=test_agent.FakeNotifier())
+        svc.start()
+        svc._cycle()
+        svc.stop()
+        self.assertIn('Restoring the cost model state failed',
+                      self.logger.output)
+        self.assertIn('Saving the cost model state failed',
+                      self.logger.output)
 
     def test_a_failing_cycle_is_logged_not_raised(self):
         svc = agent_cmd.AgentService(conf_with(''))
@@ -165,13 +199,16 @@ class TestSimulatedHypervisor(base.TestCase):
         conf = conf_with('[DEFAULT]\nhost = sim-1\n'
                          '[numa_overhead]\ntransport_url = fake://\n'
                          '[numa_overhead_agent]\nhypervisor = sim\n'
-                         'sim_scenario = remote-4\nenforcement = pages\n')
+                         'sim_scenario = remote-4\nenforcement = pages\n'
+                         'state_file = /nonexistent/model.json\n')
         agent_cmd.validate(conf)
         publisher = test_agent.FakePublisher()
         svc = agent_cmd.AgentService(conf, publisher=publisher,
                                      notifier=test_agent.FakeNotifier())
         svc.start()
         self.addCleanup(svc.stop)
+        # A simulated host's trust is not a real host's.
+        self.assertEqual('', svc.model_state.path)
         for _ in range(8):
             svc._cycle()
         report = publisher.reports[-1]

@@ -260,7 +260,9 @@ class TestOnLibvirt(StatusTestCase):
             [(1.10, 1.02), (1.05, 1.06)])
         state = os.path.join(self.useFixture(fixtures.TempDir()).path,
                              'model.json')
-        keeper = model_state.Keeper(state, agent.optimizer, 2)
+        learned_for = model_state.learned_for(self.conf, 'cmp-status',
+                                              agent.topology)
+        keeper = model_state.Keeper(state, agent.optimizer, learned_for)
         self.assertTrue(keeper.save())
         conf = self.write_conf('[DEFAULT]\nhost = cmp-status\n'
                                '[numa_overhead_agent]\n'
@@ -291,21 +293,31 @@ class TestOnLibvirt(StatusTestCase):
                       'rest not judged.', out)
         self.assertIn('optimizer moves 3 (kept 1, undone 1); optimizer '
                       'leaves it alone until %s' % until, out)
-        self.assertIn('The running agent saved at %s its trust in the cost '
+        self.assertIn('The agent last saved at %s its trust in the cost '
                       'model, 0.62 (1: its predicted gains came true); at '
                       'its recent verdicts, moved guests 2, measured speed '
                       'relative to predicted: median' % model['saved_at'],
                       ' '.join(out.split()))
+        # Saved for another host name: what the agent would not restore.
+        conf = self.write_conf('[DEFAULT]\nhost = cmp-other\n'
+                               '[numa_overhead_agent]\n'
+                               'state_file = %s\n' % state)
+        self.assertIn('Its saved cost model state cannot be used: %s: '
+                      'learned for another host name; the agent starts '
+                      'afresh with it.' % state, self.text_again(conf))
 
     def test_saved_model_state_missing_or_unusable(self):
         tmp = self.useFixture(fixtures.TempDir()).path
         state = os.path.join(tmp, 'model.json')
         for content, words in (
                 (None, 'No cost model state saved in %s yet (no verdict '
-                       'since the agent started with it).' % state),
-                ('{"version": 1, "nodes": 2, "trust": 7}',
-                 'Its saved cost model state is unusable: %s: trust 7 is '
-                 'not a number from 0.1 to 1.' % state)):
+                       'has changed it).' % state),
+                ('{"version": 1, "trust": 7}',
+                 'Its saved cost model state cannot be used: %s: trust 7 '
+                 'is not a number from 0.1 to 1.' % state),
+                ('{"version": 1, "trust": %s}' % ('9' * 400),
+                 'Its saved cost model state cannot be used: %s: trust '
+                 '999' % state)):
             if content is not None:
                 with open(state, 'w') as f:
                     f.write(content)

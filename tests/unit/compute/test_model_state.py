@@ -12,6 +12,7 @@
 
 import json
 import os
+from unittest import mock
 
 import fixtures
 
@@ -45,9 +46,17 @@ class TestModelState(base.TestCase):
                                 test_agent.FakePublisher(), 'cmp-1')
         return agent.optimizer
 
-    def keeper(self, optimizer, nodes=2, path=None):
+    def learned_for(self, **changes):
+        out = {'plugin': '1.0', 'host': 'cmp-1', 'nodes': 2,
+               'distances': [[10, 21], [21, 10]], 'topology_file': '',
+               'node_bandwidth_mbps': 20000}
+        out.update(changes)
+        return out
+
+    def keeper(self, optimizer, path=None, **changes):
         return model_state.Keeper(self.path if path is None else path,
-                                  optimizer, nodes, clock=self.clock)
+                                  optimizer, self.learned_for(**changes),
+                                  clock=self.clock)
 
     def learn(self, optimizer):
         optimizer.trust = 0.45
@@ -68,13 +77,14 @@ class TestModelState(base.TestCase):
         with open(self.path) as f:
             data = json.load(f)
         self.assertEqual(1, data['version'])
-        self.assertEqual(2, data['nodes'])
+        self.assertEqual(self.learned_for(), data['learned_for'])
         self.assertEqual(0.45, data['trust'])
         self.assertEqual([[1.2, 1.05], [1.1, 1.12]],
                          data['predictions']['guest'])
         self.assertRegex(data['saved_at'], r'^\d{4}-\d\d-\d\dT')
-        self.assertEqual([], [n for n in os.listdir(self.dir)
-                              if n.endswith('.tmp')])
+        self.assertEqual(['model.json'], os.listdir(self.dir))
+        self.assertEqual(model_state.MODE,
+                         os.stat(self.path).st_mode & 0o777)
 
         second = self.optimizer()
         self.assertEqual(opt_mod.TRUST_START, second.trust)
@@ -86,7 +96,7 @@ class TestModelState(base.TestCase):
                          list(second.predictions['neighbours']))
         self.assertEqual(first.calibration(), second.calibration())
         self.assertIn('Cost model state restored from %s (saved %s): trust '
-                      '0.45, 2 verdicts of moved guests' % (
+                      '0.45, predictions of 2 moved guests' % (
                           self.path, data['saved_at']), self.logger.output)
 
     def test_written_when_changed_at_most_once_a_minute(self):
@@ -106,20 +116,26 @@ class TestModelState(base.TestCase):
         with open(self.path) as f:
             self.assertEqual(0.2, json.load(f)['trust'])
 
-    def test_unusable_files_are_a_warning_and_a_fresh_start(self):
-        good = {'version': 1, 'nodes': 2, 'trust': 0.5, 'saved_at': '',
+    def test_unusable_files_are_set_aside_and_a_fresh_start(self):
+        good = {'version': 1, 'trust': 0.5, 'saved_at': '',
+                'learned_for': self.learned_for(),
                 'predictions': {'guest': [], 'neighbours': []}}
+        deep = '[' * 100000 + ']' * 100000
         for content, words in (
                 ('{', 'not JSON'),
+                (deep, 'not JSON'),
                 ('[]', 'not a JSON object'),
+                (' ' * (model_state.MAX_BYTES + 1), 'larger than'),
                 (dict(good, version=2), 'version 2, not 1'),
-                (dict(good, nodes=0), 'nodes 0 is not a count'),
-                (dict(good, nodes=True), 'nodes True is not a count'),
                 (dict(good, trust=1.5), 'trust 1.5 is not a number from '
                                         '0.1 to 1'),
                 (dict(good, trust='0.5'), "trust '0.5' is not a number"),
                 (dict(good, trust=False), 'trust False is not a number'),
-                (dict(good, saved_at=3), 'saved_at 3 is not a time'),
+                (dict(good, trust=10 ** 400), 'trust 1000000'),
+                (dict(good, saved_at=3), 'saved_at 3 is not a UTC time'),
+                (dict(good, saved_at='2026-11-29\nx'),
+                 "saved_at '2026-11-29\\nx' is not a UTC time"),
+                (dict(good, learned_for=[]), 'learned_for is not a JSON'),
                 (dict(good, predictions={'guest': []}),
                  'predictions must hold exactly guest and neighbours'),
                 (dict(good, predictions={'guest': {}, 'neighbours': []}),
@@ -130,14 +146,16 @@ class TestModelState(base.TestCase):
                 (dict(good, predictions={'guest': [],
                                          'neighbours': [[1.0, -1]]}),
                  'predictions.neighbours holds [1.0, -1]'),
-                ('{"version": 1, "nodes": 2, "trust": 0.5, "predictions": '
-                 '{"guest": [[NaN, 1]], "neighbours": []}}',
-                 'predictions.guest holds [nan, 1]'),
-                (dict(good, nodes=4), 'written on a host of 4 NUMA nodes, '
-                                      'this one has 2')):
+                (dict(good, predictions={'guest': [[1.0, 10 ** 400]],
+                                         'neighbours': []}),
+                 'predictions.guest holds [1.0, 1000'),
+                ('{"version": 1, "trust": 0.5, "learned_for": {}, '
+                 '"predictions": {"guest": [[NaN, 1]], "neighbours": []}}',
+                 'predictions.guest holds [nan, 1]')):
+            text = content if isinstance(content, str) else \
+                json.dumps(content)
             with open(self.path, 'w') as f:
-                f.write(content if isinstance(content, str)
-                        else json.dumps(content))
+                f.write(text)
             before = len(self.logger.output)
             optimizer = self.optimizer()
             self.assertFalse(self.keeper(optimizer).restore(), words)
@@ -146,11 +164,64 @@ class TestModelState(base.TestCase):
             self.assertIn('Cost model state not restored, starting afresh',
                           logged)
             self.assertIn(words, logged)
-        # Unreadable: a directory where the file should be.
-        os.unlink(self.path)
+            self.assertEqual(1, len(logged.splitlines()), words)
+            self.assertLess(len(logged), 400, words)
+            # Set aside, not lost (nor overwritten by the next save).
+            self.assertIn('(set aside as %s.bad)' % self.path, logged)
+            self.assertFalse(os.path.exists(self.path))
+            with open(self.path + '.bad') as f:
+                self.assertEqual(text, f.read())
+        # Unreadable: a directory where the file should be; left there.
         os.mkdir(self.path)
         self.assertFalse(self.keeper(self.optimizer()).restore())
         self.assertIn('cannot read %s' % self.path, self.logger.output)
+        self.assertTrue(os.path.isdir(self.path))
+
+    def test_learned_for_another_model_is_a_fresh_start(self):
+        first = self.optimizer()
+        keeper = self.keeper(first)
+        keeper.restore()
+        self.learn(first)
+        self.assertTrue(keeper.save())
+        for changes, words in (
+                ({'plugin': '1.1'}, 'plugin version'),
+                ({'host': 'cmp-2'}, 'host name'),
+                ({'nodes': 4}, 'NUMA node count'),
+                ({'distances': [[10, 32], [32, 10]]}, 'NUMA distances'),
+                ({'topology_file': '/x.json'}, 'topology_file'),
+                ({'node_bandwidth_mbps': 1}, 'node_bandwidth_mbps')):
+            optimizer = self.optimizer()
+            self.assertFalse(self.keeper(optimizer, **changes).restore())
+            self.assertEqual(opt_mod.TRUST_START, optimizer.trust)
+            self.assertIn('Cost model state in %s not restored, starting '
+                          'afresh: it was learned for another %s' % (
+                              self.path, words), self.logger.output)
+        # Not set aside: it is replaced at the next save.
+        self.assertEqual(['model.json'], os.listdir(self.dir))
+
+    def test_a_crash_during_a_save_leaves_nothing_behind(self):
+        leftover = os.path.join(self.dir, 'model.json.abc123.tmp')
+        other = os.path.join(self.dir, 'other.json.abc123.tmp')
+        for path in (leftover, other):
+            with open(path, 'w') as f:
+                f.write('{')
+        optimizer = self.optimizer()
+        self.keeper(optimizer).restore()
+        self.assertEqual(['other.json.abc123.tmp'], os.listdir(self.dir))
+        # A write that fails half-way leaves the old file and no temporary
+        # one.
+        keeper = self.keeper(optimizer)
+        keeper.restore()
+        self.learn(optimizer)
+        self.assertTrue(keeper.save())
+        optimizer.trust = 0.2
+        with mock.patch.object(model_state.json, 'dump', autospec=True,
+                               side_effect=OSError(28, 'No space left')):
+            self.assertFalse(keeper.save(force=True))
+        self.assertEqual(['model.json', 'other.json.abc123.tmp'],
+                         sorted(os.listdir(self.dir)))
+        with open(self.path) as f:
+            self.assertEqual(0.45, json.load(f)['trust'])
 
     def test_a_failed_write_warns_once_and_keeps_the_state_in_memory(self):
         path = os.path.join(self.dir, 'missing', 'model.json')
