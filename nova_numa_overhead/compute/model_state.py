@@ -16,8 +16,8 @@ The trust (how far the model's predicted gains came true at the closed
 loop's verdicts, :attr:`Optimizer.trust
 <nova_numa_overhead.compute.optimizer.Optimizer.trust>`) and the
 (predicted, measured) pairs behind the calibration summary live in
-memory: without this file a restarted agent (an upgrade, a configuration
-change) trusts the model fully again, and on a host whose costs the
+memory: without this file a restarted agent (a configuration change, a
+host reboot) trusts the model fully again, and on a host whose costs the
 model misjudges makes again the larger moves its verdicts had made it
 shy of. ``[numa_overhead_agent] state_file`` names the file. The agent
 service reads it when it starts and writes it (a temporary file in the
