@@ -638,10 +638,11 @@ def _model_state(conf, host, topology) -> dict:
         return out
     try:
         data = model_state.load(path, opt_mod.TRUST_MIN)
-    except (model_state.StateError, OSError, UnicodeDecodeError) as exc:
-        out['error'] = str(exc) if isinstance(
-            exc, model_state.StateError) else 'cannot read %s: %s' % (
-                path, exc)
+    except model_state.StateError as exc:
+        out['error'] = str(exc)
+        return out
+    except OSError as exc:
+        out['error'] = 'cannot read %s: %s' % (path, exc)
         return out
     except Exception as exc:
         out['error'] = '%s: %s' % (path, exc)

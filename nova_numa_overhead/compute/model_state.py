@@ -237,7 +237,7 @@ class Keeper:
         except StateError as exc:
             self._set_aside(exc)
             return False
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             LOG.warning('Cost model state not restored, starting afresh: '
                         'cannot read %s: %s', self.path, exc)
             return False

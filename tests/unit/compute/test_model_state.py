@@ -24,22 +24,13 @@ from tests.unit.compute import fakes
 from tests.unit.compute import test_agent
 
 
-class Clock:
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 class TestModelState(base.TestCase):
 
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.path = os.path.join(self.dir, 'model.json')
-        self.clock = Clock()
+        self.clock = test_agent.Clock()
 
     def optimizer(self):
         agent = agent_mod.Agent(self.conf, fakes.FakeHypervisor(nodes=2),
@@ -57,6 +48,14 @@ class TestModelState(base.TestCase):
         return model_state.Keeper(self.path if path is None else path,
                                   optimizer, self.learned_for(**changes),
                                   clock=self.clock)
+
+    def learned(self, path=None):
+        """A keeper started without a file, its optimizer taught."""
+        optimizer = self.optimizer()
+        keeper = self.keeper(optimizer, path=path)
+        keeper.restore()
+        self.learn(optimizer)
+        return optimizer, keeper
 
     def learn(self, optimizer):
         optimizer.trust = 0.45
@@ -100,10 +99,7 @@ class TestModelState(base.TestCase):
                           self.path, data['saved_at']), self.logger.output)
 
     def test_written_when_changed_at_most_once_a_minute(self):
-        optimizer = self.optimizer()
-        keeper = self.keeper(optimizer)
-        keeper.restore()
-        self.learn(optimizer)
+        optimizer, keeper = self.learned()
         self.assertTrue(keeper.save())
         self.assertFalse(keeper.save())          # unchanged
         optimizer.trust = 0.3
@@ -178,10 +174,7 @@ class TestModelState(base.TestCase):
         self.assertTrue(os.path.isdir(self.path))
 
     def test_learned_for_another_model_is_a_fresh_start(self):
-        first = self.optimizer()
-        keeper = self.keeper(first)
-        keeper.restore()
-        self.learn(first)
+        _first, keeper = self.learned()
         self.assertTrue(keeper.save())
         for changes, words in (
                 ({'plugin': '1.1'}, 'plugin version'),
@@ -205,14 +198,10 @@ class TestModelState(base.TestCase):
         for path in (leftover, other):
             with open(path, 'w') as f:
                 f.write('{')
-        optimizer = self.optimizer()
-        self.keeper(optimizer).restore()
+        optimizer, keeper = self.learned()
         self.assertEqual(['other.json.abc123.tmp'], os.listdir(self.dir))
         # A write that fails half-way leaves the old file and no temporary
         # one.
-        keeper = self.keeper(optimizer)
-        keeper.restore()
-        self.learn(optimizer)
         self.assertTrue(keeper.save())
         optimizer.trust = 0.2
         with mock.patch.object(model_state.json, 'dump', autospec=True,
@@ -225,10 +214,7 @@ class TestModelState(base.TestCase):
 
     def test_a_failed_write_warns_once_and_keeps_the_state_in_memory(self):
         path = os.path.join(self.dir, 'missing', 'model.json')
-        optimizer = self.optimizer()
-        keeper = self.keeper(optimizer, path=path)
-        keeper.restore()
-        self.learn(optimizer)
+        optimizer, keeper = self.learned(path)
         self.assertFalse(keeper.save())
         optimizer.trust = 0.3
         self.clock.now += model_state.SAVE_INTERVAL
