@@ -195,7 +195,8 @@ class AgentService(service_base.ServiceBase):
         self.model_state = model_state.Keeper(
             '' if self.simulated is not None else opts.state_file or '',
             self.agent.optimizer, model_state.learned_for(
-                conf, host, self.agent.topology))
+                conf, host, self.agent.topology,
+                self.agent.estimator_topology))
         try:
             self.model_state.restore()
         except Exception:

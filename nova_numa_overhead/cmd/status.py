@@ -580,7 +580,7 @@ def _status(conf, agent, uri, samples, interval, decisions, moves,
         'sources': _sources(agent, hv),
         'kernel': _kernel(agent, enforcement),
         'optimizer': _optimizer(conf, enforcement, guest_list, agent.host,
-                                topology),
+                                topology, agent.estimator_topology),
         'notes': _notes(guest_list, left_on),
     }
 
@@ -602,7 +602,7 @@ def _kernel(agent, enforcement: str) -> dict | None:
 
 
 def _optimizer(conf, enforcement: str, guests: list, host: str,
-               topology=None) -> dict:
+               topology=None, matrix=None) -> dict:
     """The optimizer as the configuration given to ``status`` sets it
     (moves, advises or off), and the running agent's moves of the guests
     here now with their verdicts, from the guests' records.
@@ -620,11 +620,11 @@ def _optimizer(conf, enforcement: str, guests: list, host: str,
     for key in ('moved', 'kept', 'undone'):
         out[key] = sum(g['optimizer'][key] for g in mine)
     out['guests'] = sum(1 for g in mine if g['optimizer']['moved'])
-    out['model'] = _model_state(conf, host, topology)
+    out['model'] = _model_state(conf, host, topology, matrix)
     return out
 
 
-def _model_state(conf, host, topology) -> dict:
+def _model_state(conf, host, topology, matrix=None) -> dict:
     """What the agent last saved of the cost model's fit on this host
     (``[numa_overhead_agent] state_file``): its trust and the calibration
     of its recent verdicts, or why there is nothing to show.
@@ -651,7 +651,7 @@ def _model_state(conf, host, topology) -> dict:
         return out
     if topology is not None:
         changed = model_state.differs(data, model_state.learned_for(
-            conf, host, topology))
+            conf, host, topology, matrix))
         if changed:
             out['error'] = ('%s: learned for another %s; the agent starts '
                             'afresh with it' % (path, ', '.join(

@@ -28,7 +28,9 @@ holds, and when it stops. ``status`` shows it.
 The state is only for the model it was learned for: a file written by
 another version of the plugin (whose cost model may predict otherwise),
 for another host name, NUMA topology (node count, distances) or model
-inputs (``topology_file``, ``node_bandwidth_mbps``) starts the optimizer
+inputs (``topology_file``, the latency and bandwidth matrix in use, read
+from it or from the hypervisor, and ``node_bandwidth_mbps``: a probe run
+again into the same file is another matrix) starts the optimizer
 afresh (an info line). No file is a first start. A file the agent cannot
 parse or use is one warning line and a fresh start, and is renamed
 ``<file>.bad`` first (a newer version's file, or one to look at, is not
@@ -38,6 +40,7 @@ trust by hand: stop the agent, remove the file, start it.
 """
 
 import glob
+import hashlib
 import json
 import math
 import os
@@ -60,6 +63,7 @@ ISO = re.compile(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$')
 FOR = {'plugin': 'plugin version', 'host': 'host name',
        'nodes': 'NUMA node count', 'distances': 'NUMA distances',
        'topology_file': 'topology_file',
+       'matrix': 'latency and bandwidth matrix',
        'node_bandwidth_mbps': 'node_bandwidth_mbps'}
 
 
@@ -198,14 +202,29 @@ def plugin_version() -> str:
         return 'unknown'
 
 
-def learned_for(conf, host: str, topology) -> dict:
-    """What a state is learned for on this host now (FOR)."""
+def learned_for(conf, host: str, topology, matrix=None) -> dict:
+    """What a state is learned for on this host now (FOR); ``matrix``
+    is the estimator's topology (the measured matrix in use), if any.
+    """
     opts = conf.numa_overhead_agent
     return {'plugin': plugin_version(), 'host': host,
             'nodes': topology.size,
             'distances': [list(row) for row in topology.distances],
             'topology_file': opts.topology_file or '',
+            'matrix': matrix_digest(matrix),
             'node_bandwidth_mbps': opts.node_bandwidth_mbps}
+
+
+def matrix_digest(matrix) -> str:
+    """A short digest of the measured latency and bandwidth matrix of
+    an estimator topology ('' : none, SLIT answers).
+    """
+    parts = [getattr(matrix, key, None) for key in (
+        'latency_ns', 'bandwidth_mbps', 'bandwidth_streams')]
+    if not any(parts):
+        return ''
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class Keeper:

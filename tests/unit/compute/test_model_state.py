@@ -40,7 +40,7 @@ class TestModelState(base.TestCase):
     def learned_for(self, **changes):
         out = {'plugin': '1.0', 'host': 'cmp-1', 'nodes': 2,
                'distances': [[10, 21], [21, 10]], 'topology_file': '',
-               'node_bandwidth_mbps': 20000}
+               'matrix': '', 'node_bandwidth_mbps': 20000}
         out.update(changes)
         return out
 
@@ -182,6 +182,7 @@ class TestModelState(base.TestCase):
                 ({'nodes': 4}, 'NUMA node count'),
                 ({'distances': [[10, 32], [32, 10]]}, 'NUMA distances'),
                 ({'topology_file': '/x.json'}, 'topology_file'),
+                ({'matrix': 'abc'}, 'latency and bandwidth matrix'),
                 ({'node_bandwidth_mbps': 1}, 'node_bandwidth_mbps')):
             optimizer = self.optimizer()
             self.assertFalse(self.keeper(optimizer, **changes).restore())
@@ -191,6 +192,33 @@ class TestModelState(base.TestCase):
                               self.path, words), self.logger.output)
         # Not set aside: it is replaced at the next save.
         self.assertEqual(['model.json'], os.listdir(self.dir))
+
+    def test_a_probe_run_again_into_the_same_file_is_another_model(self):
+        from nova_numa_overhead.compute import probe
+        path = os.path.join(self.dir, 'topology.json')
+        self.flags(group='numa_overhead_agent', topology_file=path)
+
+        def learned_for(latency):
+            probe.save(probe.Matrix(
+                latency_ns=[[100.0, latency], [latency, 100.0]],
+                bandwidth_mbps=[[5e4, 2e4], [2e4, 5e4]], nodes=[0, 1],
+                measured_at='2026-11-29', size_mb=256,
+                bandwidth_streams=[8, 8]), path)
+            agent = agent_mod.Agent(self.conf, fakes.FakeHypervisor(nodes=2),
+                                    test_agent.FakePublisher(), 'cmp-1')
+            return model_state.learned_for(self.conf, 'cmp-1',
+                                           agent.topology,
+                                           agent.estimator_topology)
+
+        first = learned_for(130.0)
+        self.assertEqual(path, first['topology_file'])
+        self.assertEqual(16, len(first['matrix']))
+        self.assertEqual(first, learned_for(130.0))
+        again = learned_for(160.0)
+        self.assertEqual(['matrix'],
+                         model_state.differs({'learned_for': first}, again))
+        # No matrix: SLIT answers, nothing to tell apart.
+        self.assertEqual('', model_state.matrix_digest(None))
 
     def test_a_crash_during_a_save_leaves_nothing_behind(self):
         leftover = os.path.join(self.dir, 'model.json.abc123.tmp')
