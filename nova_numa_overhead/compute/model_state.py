@@ -39,6 +39,7 @@ state stays in memory: the agent goes on in every case. To reset the
 trust by hand: stop the agent, remove the file, start it.
 """
 
+import calendar
 import glob
 import hashlib
 import json
@@ -188,6 +189,19 @@ def save(path, data: dict) -> None:
         pass
 
 
+def _age(saved_at: str) -> float:
+    """Seconds since ``saved_at`` (a state's UTC time; '' or in the
+    future: 0).
+    """
+    if not saved_at:
+        return 0.0
+    try:
+        then = calendar.timegm(time.strptime(saved_at, '%Y-%m-%dT%H:%M:%SZ'))
+    except (ValueError, OverflowError):
+        return 0.0
+    return max(time.time() - then, 0.0)
+
+
 def differs(data: dict, learned_for: dict) -> list:
     """The keys of FOR whose saved value is not this host's now."""
     saved = data.get('learned_for') or {}
@@ -270,11 +284,14 @@ class Keeper:
                      'afresh: it was learned for another %s', self.path,
                      ', '.join(FOR[k] for k in changed))
             return False
-        self.optimizer.import_state(data)
+        self.optimizer.import_state(data, idle=_age(data['saved_at']))
         self.saved = self._snapshot()
+        trust = self.optimizer.trust
         LOG.info('Cost model state restored from %s (saved %s): trust '
-                 '%.2f, predictions of %d moved guests', self.path,
-                 data['saved_at'] or 'at an unknown time', data['trust'],
+                 '%.2f%s, predictions of %d moved guests', self.path,
+                 data['saved_at'] or 'at an unknown time', trust,
+                 '' if trust == data['trust'] else
+                 ' (%.2f saved, recovered since)' % data['trust'],
                  len(self.optimizer.predictions['guest']))
         return True
 

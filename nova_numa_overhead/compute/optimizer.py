@@ -144,6 +144,14 @@ STRANDED = 0.5           # an undo that could bring back less than this
 TRUST_START = 1.0        # trust in the model before any verdict
 TRUST_MIN = 0.1
 TRUST_WEIGHT = 0.3       # weight of the latest verdict
+# A trust below TRUST_START makes moves rarer, so that verdicts, the only
+# way up, may stop: after TRUST_IDLE seconds without one (the agent
+# stopped included, as its state file says), the trust goes back
+# towards TRUST_START, half the way every TRUST_HALF_LIFE seconds, and
+# the optimizer tries the model again (its verdicts lower it again where
+# it still misjudges the host).
+TRUST_IDLE = 3600.0
+TRUST_HALF_LIFE = 6 * 3600.0
 # Without the stalled-cycles event, for a guest that is not
 # memory-intensive: the cycles an LLC miss costs it, learned from its own
 # samples (how its CPI moved with its misses per instruction as
@@ -388,6 +396,11 @@ class Optimizer:
         # gains are scaled by it, so a host whose costs the model
         # misjudges gets fewer, surer moves.
         self.trust = TRUST_START
+        # When the trust last learned from a verdict (agent clock; None:
+        # not since the agent started), and whether its recovery was
+        # logged since.
+        self.trust_since = None
+        self.recovering = False
         # (predicted, measured) speed after / before of the moved guests
         # and of their measured neighbours, at the verdicts.
         self.predictions = {
@@ -544,6 +557,7 @@ class Optimizer:
         """Verdicts on earlier moves, then maybe new moves."""
         self.observe(now)
         self.verdicts(now)
+        self._recover_trust(now)
         actions = []
         if self.due(now) and not self._settling_logged(now):
             self.next_pass = now + self._interval()
@@ -1574,11 +1588,16 @@ class Optimizer:
                 'predictions': {kind: list(pairs) for kind, pairs in
                                 self.predictions.items()}}
 
-    def import_state(self, state: dict) -> None:
+    def import_state(self, state: dict, idle: float = 0.0) -> None:
         """:meth:`export_state`'s output of an earlier run of the agent
-        on this host (checked by :func:`.model_state.validate`).
+        on this host (checked by :func:`.model_state.validate`), saved
+        ``idle`` seconds ago (no verdict since: it counts towards the
+        trust's recovery).
         """
-        self.trust = min(max(float(state['trust']), TRUST_MIN), 1.0)
+        idle = max(float(idle), 0.0)
+        self.trust = _recovered(min(max(float(state['trust']), TRUST_MIN),
+                                    1.0), idle - TRUST_IDLE)
+        self.trust_since = self.agent.clock() - min(idle, TRUST_IDLE)
         for kind, pairs in self.predictions.items():
             pairs.clear()
             pairs.extend(tuple(p) for p in state['predictions'][kind])
@@ -1627,9 +1646,33 @@ class Optimizer:
                   'text': text})
         self.agent.notify(event, dict(payload, guest=check.guest))
 
+    def _recover_trust(self, now) -> None:
+        """TRUST_IDLE seconds after the last verdict that taught it, the
+        trust goes back towards TRUST_START (TRUST_HALF_LIFE).
+        """
+        if self.trust_since is None or self.trust >= TRUST_START:
+            self.trust_since = now
+            return
+        idle = now - self.trust_since - TRUST_IDLE
+        if idle <= 0:
+            return
+        if not self.recovering:
+            LOG.info('No verdict for %(idle)d s: the trust in the cost '
+                     'model (%(trust).2f) goes back towards %(start).1f, '
+                     'half the way every %(half)d s, so that the optimizer '
+                     'tries it again', {'idle': TRUST_IDLE,
+                                        'trust': self.trust,
+                                        'start': TRUST_START,
+                                        'half': TRUST_HALF_LIFE})
+            self.recovering = True
+        self.trust = _recovered(self.trust, idle)
+        self.trust_since = now - TRUST_IDLE
+
     def _learn(self, net, predicted, trust) -> None:
         if predicted <= 0 or trust <= 0:
             return
+        self.trust_since = self.agent.clock()
+        self.recovering = False
         # The gain this move was chosen for was scaled by the trust of its
         # time: compare with what the model itself said.
         came_true = min(max(net / (predicted / trust), 0.0), 1.0)
@@ -1992,3 +2035,11 @@ def _local(cpu: dict, memory: dict) -> float:
 
 def _text(nodes) -> str:
     return ','.join(str(n) for n in nodes)
+
+
+def _recovered(trust: float, idle: float) -> float:
+    """``trust`` after ``idle`` seconds of recovery (TRUST_HALF_LIFE)."""
+    if idle <= 0 or trust >= TRUST_START:
+        return trust
+    return TRUST_START - (TRUST_START - trust) * 0.5 ** (
+        idle / TRUST_HALF_LIFE)

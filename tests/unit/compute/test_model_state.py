@@ -12,6 +12,7 @@
 
 import json
 import os
+import time
 from unittest import mock
 
 import fixtures
@@ -219,6 +220,27 @@ class TestModelState(base.TestCase):
                          model_state.differs({'learned_for': first}, again))
         # No matrix: SLIT answers, nothing to tell apart.
         self.assertEqual('', model_state.matrix_digest(None))
+
+    def test_the_time_the_agent_was_stopped_counts_towards_recovery(self):
+        _first, keeper = self.learned()
+        self.assertTrue(keeper.save())
+        with open(self.path) as f:
+            data = json.load(f)
+        saved = data['trust']
+        self.assertLess(saved, 1.0)
+        for hours, trust in ((0.5, saved), (7, 1.0 - (1.0 - saved) / 2)):
+            then = time.gmtime(time.time() - hours * 3600)
+            data['saved_at'] = time.strftime('%Y-%m-%dT%H:%M:%SZ', then)
+            with open(self.path, 'w') as f:
+                json.dump(data, f)
+            optimizer = self.optimizer()
+            self.assertTrue(self.keeper(optimizer).restore())
+            self.assertAlmostEqual(trust, optimizer.trust, places=3)
+        self.assertIn('trust %.2f (%.2f saved, recovered since)' % (
+            optimizer.trust, saved), self.logger.output)
+        # Saved "in the future" (a clock set back): no recovery.
+        self.assertEqual(0.0, model_state._age('2999-01-01T00:00:00Z'))
+        self.assertEqual(0.0, model_state._age(''))
 
     def test_a_crash_during_a_save_leaves_nothing_behind(self):
         leftover = os.path.join(self.dir, 'model.json.abc123.tmp')

@@ -2199,6 +2199,38 @@ class TestTrust(OptimizerTestCase):
             self.undo(agent, self.clock.now + 200 * (i + 2))
         self.assertEqual(optimizer.TRUST_MIN, opt.trust)
 
+    def test_a_low_trust_recovers_when_no_verdict_comes(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        opt = agent.optimizer
+        self.undo(agent, self.clock.now + 100)
+        low = opt.trust
+        self.assertLess(low, 1.0)
+        # The verdict's time (the agent's clock).
+        start = opt.trust_since
+        self.assertEqual(self.clock.now, start)
+        # An hour without a verdict: nothing yet.
+        opt._recover_trust(start + optimizer.TRUST_IDLE)
+        self.assertEqual(low, opt.trust)
+        self.assertNotIn('No verdict for', self.logger.output)
+        # Then half the way back every TRUST_HALF_LIFE, step by step as
+        # at once.
+        for t in range(0, int(optimizer.TRUST_HALF_LIFE) + 1, 600):
+            opt._recover_trust(start + optimizer.TRUST_IDLE + t)
+        self.assertAlmostEqual(1.0 - (1.0 - low) / 2, opt.trust)
+        self.assertEqual(1, self.logger.output.count(
+            'No verdict for 3600 s: the trust in the cost model (%.2f) goes '
+            'back towards 1.0' % low))
+        # A verdict starts the hour again.
+        self.clock.now = start + 30000
+        self.undo(agent, self.clock.now)
+        low = opt.trust
+        opt._recover_trust(self.clock.now + optimizer.TRUST_IDLE - 1)
+        self.assertEqual(low, opt.trust)
+        opt._recover_trust(self.clock.now + optimizer.TRUST_IDLE + 600)
+        self.assertLess(low, opt.trust)
+        self.assertEqual(2, self.logger.output.count('No verdict for'))
+
     def test_predicted_gains_are_scaled_by_the_trust(self):
         self.remote()
         agent = self.start()
