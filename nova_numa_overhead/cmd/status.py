@@ -633,7 +633,7 @@ def _model_state(conf, host, topology, matrix=None) -> dict:
     from nova_numa_overhead.compute import optimizer as opt_mod
     path = conf.numa_overhead_agent.state_file or ''
     out = {'file': path or None, 'saved_at': None, 'trust': None,
-           'calibration': None, 'error': None}
+           'trust_now': None, 'calibration': None, 'error': None}
     if not path:
         return out
     try:
@@ -653,12 +653,17 @@ def _model_state(conf, host, topology, matrix=None) -> dict:
         changed = model_state.differs(data, model_state.learned_for(
             conf, host, topology, matrix))
         if changed:
-            out['error'] = ('%s: learned for another %s; the agent starts '
-                            'afresh with it' % (path, ', '.join(
+            out['error'] = ('%s: learned for another %s; an agent started '
+                            'now would start afresh' % (path, ', '.join(
                                 model_state.FOR[k] for k in changed)))
             return out
     out['saved_at'] = data['saved_at'] or None
     out['trust'] = round(data['trust'], 3)
+    # What it has recovered to since a verdict last taught it (the
+    # agent's own figure while it runs; at its next start otherwise).
+    out['trust_now'] = round(opt_mod.recovered(
+        data['trust'], model_state.age(model_state.taught(data)) -
+        opt_mod.TRUST_IDLE), 3)
     out['calibration'] = {
         kind: opt_mod.calibration_summary(pairs)
         for kind, pairs in data['predictions'].items()}
@@ -851,9 +856,13 @@ def _optimizer_text(optimizer: dict) -> str:
     elif model.get('trust') is not None:
         from nova_numa_overhead.compute import optimizer as opt_mod
         fit = opt_mod.calibration_text(model['calibration'])
+        now = model.get('trust_now')
         text += (' The agent last saved at %s its trust in the cost '
-                 'model, %.2f (1: its predicted gains came true)%s.' % (
+                 'model, %.2f (1: its predicted gains came true%s)%s.' % (
                      model['saved_at'] or 'an unknown time', model['trust'],
+                     '; %.2f by now, no verdict having taught it for over '
+                     'an hour' % now if now is not None and
+                     round(now, 2) > round(model['trust'], 2) else '',
                      '; at its recent verdicts, ' + fit if fit else
                      ', and no verdict yet'))
     elif model.get('file'):

@@ -19,11 +19,14 @@ loop's verdicts, :attr:`Optimizer.trust
 memory: without this file a restarted agent (a configuration change, a
 host reboot) trusts the model fully again, and on a host whose costs the
 model misjudges makes again the larger moves its verdicts had made it
-shy of. ``[numa_overhead_agent] state_file`` names the file. The agent
-service reads it when it starts and writes it (a temporary file in the
-same directory, then a rename: a crash leaves the old file or the new
-one) at most every SAVE_INTERVAL seconds once a verdict changed what it
-holds, and when it stops. ``status`` shows it.
+shy of. ``[numa_overhead_agent] state_file`` names the file. It holds
+the trust as the last verdict that taught it left it and when
+(``learned_at``): the trust's recovery after an hour without such a
+verdict (the agent stopped or not) is worked out from them, and writes
+nothing. The agent service reads it when it starts and writes it (a
+temporary file in the same directory, then a rename: a crash leaves the
+old file or the new one) at most every SAVE_INTERVAL seconds once a
+verdict changed what it holds, and when it stops. ``status`` shows it.
 
 The state is only for the model it was learned for: a file written by
 another version of the plugin (whose cost model may predict otherwise),
@@ -60,6 +63,7 @@ MAX_BYTES = 1 << 20       # a larger file is not read
 MODE = 0o644              # status may run as another user
 KINDS = ('guest', 'neighbours')
 ISO = re.compile(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$')
+TIME_FORMAT = '%Y-%m-%dT%H:%M:%SZ'
 # What the state was learned for: another value starts afresh.
 FOR = {'plugin': 'plugin version', 'host': 'host name',
        'nodes': 'NUMA node count', 'distances': 'NUMA distances',
@@ -103,7 +107,8 @@ def _pairs(path, kind, value) -> list:
 
 def validate(path, data, trust_min: float) -> dict:
     """``data`` read from ``path``, checked: {'version', 'trust',
-    'saved_at', 'predictions': {kind: [(predicted, measured), ...]},
+    'saved_at', 'learned_at' (when a verdict last taught the trust; ''
+    not known), 'predictions': {kind: [(predicted, measured), ...]},
     'learned_for': {...}}.
 
     :raises StateError: naming the file and what is wrong.
@@ -117,10 +122,14 @@ def validate(path, data, trust_min: float) -> dict:
     if trust is None or not trust_min <= trust <= 1.0:
         raise StateError('%s: trust %s is not a number from %g to 1' % (
             path, _short(data.get('trust')), trust_min))
-    saved = data.get('saved_at', '')
-    if not isinstance(saved, str) or saved and not ISO.match(saved):
-        raise StateError('%s: saved_at %s is not a UTC time '
-                         '(YYYY-MM-DDThh:mm:ssZ)' % (path, _short(saved)))
+    times = {}
+    for key in ('saved_at', 'learned_at'):
+        value = data.get(key, '')
+        if not isinstance(value, str) or value and not ISO.match(value):
+            raise StateError('%s: %s %s is not a UTC time '
+                             '(YYYY-MM-DDThh:mm:ssZ)' % (
+                                 path, key, _short(value)))
+        times[key] = value
     learned_for = data.get('learned_for')
     if not isinstance(learned_for, dict):
         raise StateError('%s: learned_for is not a JSON object' % path)
@@ -129,7 +138,9 @@ def validate(path, data, trust_min: float) -> dict:
             set(predictions) != set(KINDS):
         raise StateError('%s: predictions must hold exactly %s' % (
             path, ' and '.join(KINDS)))
-    return {'version': VERSION, 'trust': trust, 'saved_at': saved,
+    return {'version': VERSION, 'trust': trust,
+            'saved_at': times['saved_at'],
+            'learned_at': times['learned_at'],
             'learned_for': learned_for,
             'predictions': {kind: _pairs(path, kind, predictions[kind])
                             for kind in KINDS}}
@@ -189,17 +200,38 @@ def save(path, data: dict) -> None:
         pass
 
 
-def _age(saved_at: str) -> float:
-    """Seconds since ``saved_at`` (a state's UTC time; '' or in the
-    future: 0).
+def epoch(when: str) -> float | None:
+    """A state's UTC time as seconds since the epoch (None: '' or not
+    a time).
     """
-    if not saved_at:
-        return 0.0
+    if not when:
+        return None
     try:
-        then = calendar.timegm(time.strptime(saved_at, '%Y-%m-%dT%H:%M:%SZ'))
+        return float(calendar.timegm(time.strptime(when, TIME_FORMAT)))
     except (ValueError, OverflowError):
-        return 0.0
-    return max(time.time() - then, 0.0)
+        return None
+
+
+def utc(seconds: float | None) -> str:
+    """Seconds since the epoch as a state's UTC time ('' for None)."""
+    if seconds is None:
+        return ''
+    return time.strftime(TIME_FORMAT, time.gmtime(seconds))
+
+
+def age(when: str) -> float:
+    """Seconds since ``when`` (a state's UTC time; '', not a time or
+    in the future: 0).
+    """
+    then = epoch(when)
+    return 0.0 if then is None else max(time.time() - then, 0.0)
+
+
+def taught(data: dict) -> str:
+    """When a verdict last taught the saved trust: ``learned_at``, or
+    for want of it ``saved_at``.
+    """
+    return data.get('learned_at') or data.get('saved_at') or ''
 
 
 def differs(data: dict, learned_for: dict) -> list:
@@ -284,14 +316,17 @@ class Keeper:
                      'afresh: it was learned for another %s', self.path,
                      ', '.join(FOR[k] for k in changed))
             return False
-        self.optimizer.import_state(data, idle=_age(data['saved_at']))
+        when = taught(data)
+        self.optimizer.import_state(data, idle=age(when),
+                                    learned_at=epoch(data['learned_at']))
         self.saved = self._snapshot()
         trust = self.optimizer.trust
         LOG.info('Cost model state restored from %s (saved %s): trust '
                  '%.2f%s, predictions of %d moved guests', self.path,
                  data['saved_at'] or 'at an unknown time', trust,
-                 '' if trust == data['trust'] else
-                 ' (%.2f saved, recovered since)' % data['trust'],
+                 '' if round(trust, 2) == round(data['trust'], 2) else
+                 ' (%.2f saved, recovered since %s)' % (
+                     data['trust'], when),
                  len(self.optimizer.predictions['guest']))
         return True
 
@@ -318,6 +353,7 @@ class Keeper:
     def _snapshot(self) -> dict:
         state = self.optimizer.export_state()
         return {'trust': state['trust'],
+                'learned_at': utc(state.get('learned_at')),
                 'predictions': {k: [list(p) for p in v]
                                 for k, v in state['predictions'].items()}}
 
@@ -341,8 +377,7 @@ class Keeper:
             return False
         data = dict(snapshot, version=VERSION,
                     learned_for=self.learned_for,
-                    saved_at=time.strftime('%Y-%m-%dT%H:%M:%SZ',
-                                           time.gmtime()))
+                    saved_at=utc(time.time()))
         self.saved_at = now
         try:
             save(self.path, data)

@@ -396,10 +396,13 @@ class Optimizer:
         # gains are scaled by it, so a host whose costs the model
         # misjudges gets fewer, surer moves.
         self.trust = TRUST_START
-        # When the trust last learned from a verdict (agent clock; None:
-        # not since the agent started), and whether its recovery was
-        # logged since.
+        # The trust as the last verdict that taught it left it, when
+        # (agent clock; None: not since the agent started) and at what
+        # wall-clock time (for the state file); whether its recovery
+        # since was logged. ``trust`` is what it has recovered to.
+        self.learned_trust = TRUST_START
         self.trust_since = None
+        self.learned_at = None
         self.recovering = False
         # (predicted, measured) speed after / before of the moved guests
         # and of their measured neighbours, at the verdicts.
@@ -1414,21 +1417,21 @@ class Optimizer:
                 out.append((name, 'undone' if undone else 'undo failed'))
             # Learned and counted once the verdict is final (an undo that
             # lost libvirt is judged again).
-            self._learned(check, net, came)
+            self._learned(check, net, came, now)
             self._calibrate(check, own, measured, now, came)
         return out
 
-    def _learned(self, check, net, came) -> None:
+    def _learned(self, check, net, came, now) -> None:
         """What a verdict teaches the trust, and its counts."""
         name = check.guest
         if came:
             self.counts['host_changed'] += 1
         if not came:
-            self._learn(net, check.predicted, check.trust)
+            self._learn(net, check.predicted, check.trust, now)
         elif check.effects.get(name, 1.0) > 1.0:
             # Its own change against its own predicted one.
             self._learn(net, check.trust * (
-                check.effects[name] - 1.0), check.trust)
+                check.effects[name] - 1.0), check.trust, now)
         if not came and net * self.opts.payback_horizon < \
                 check.moved_mb * MOVE_COST:
             # What it gained did not pay for its pages: counted (not
@@ -1584,20 +1587,30 @@ class Optimizer:
         for :mod:`.model_state`: the trust and the (predicted, measured)
         pairs of the recent verdicts.
         """
-        return {'trust': self.trust,
+        return {'trust': self.learned_trust,
+                'learned_at': self.learned_at,
                 'predictions': {kind: list(pairs) for kind, pairs in
                                 self.predictions.items()}}
 
-    def import_state(self, state: dict, idle: float = 0.0) -> None:
+    def import_state(self, state: dict, idle: float = 0.0,
+                     learned_at: float | None = None) -> None:
         """:meth:`export_state`'s output of an earlier run of the agent
-        on this host (checked by :func:`.model_state.validate`), saved
-        ``idle`` seconds ago (no verdict since: it counts towards the
-        trust's recovery).
+        on this host (checked by :func:`.model_state.validate`), whose
+        trust a verdict taught ``idle`` seconds ago, at ``learned_at``
+        (wall clock; None: not known): the time since counts towards
+        its recovery, the agent stopped or not.
         """
-        idle = max(float(idle), 0.0)
-        self.trust = _recovered(min(max(float(state['trust']), TRUST_MIN),
-                                    1.0), idle - TRUST_IDLE)
-        self.trust_since = self.agent.clock() - min(idle, TRUST_IDLE)
+        idle = float(idle)
+        if not math.isfinite(idle) or idle < 0:
+            idle = 0.0 if math.isnan(idle) or idle < 0 else idle
+        self.learned_trust = min(max(float(state['trust']), TRUST_MIN),
+                                 1.0)
+        self.trust = self.learned_trust
+        self.learned_at = learned_at
+        self.recovering = False
+        now = self.agent.clock()
+        self.trust_since = now - min(idle, 1e12)
+        self._recover_trust(now)
         for kind, pairs in self.predictions.items():
             pairs.clear()
             pairs.extend(tuple(p) for p in state['predictions'][kind])
@@ -1647,37 +1660,40 @@ class Optimizer:
         self.agent.notify(event, dict(payload, guest=check.guest))
 
     def _recover_trust(self, now) -> None:
-        """TRUST_IDLE seconds after the last verdict that taught it, the
-        trust goes back towards TRUST_START (TRUST_HALF_LIFE).
+        """TRUST_IDLE seconds after the last verdict that taught it (or
+        the agent's start), the trust goes back towards TRUST_START from
+        what that verdict left (TRUST_HALF_LIFE). Nothing to write: the
+        state file keeps what the verdict taught and when.
         """
-        if self.trust_since is None or self.trust >= TRUST_START:
+        if self.trust_since is None:
             self.trust_since = now
+        if self.learned_trust >= TRUST_START:
             return
         idle = now - self.trust_since - TRUST_IDLE
         if idle <= 0:
             return
         if not self.recovering:
-            LOG.info('No verdict for %(idle)d s: the trust in the cost '
-                     'model (%(trust).2f) goes back towards %(start).1f, '
-                     'half the way every %(half)d s, so that the optimizer '
-                     'tries it again', {'idle': TRUST_IDLE,
-                                        'trust': self.trust,
-                                        'start': TRUST_START,
-                                        'half': TRUST_HALF_LIFE})
+            LOG.info('No verdict has taught the trust in the cost model '
+                     'for over %(idle)d s: it goes back from %(trust).2f '
+                     'towards %(start).1f, half the way every %(half)d s, '
+                     'so that the optimizer tries the model again',
+                     {'idle': TRUST_IDLE, 'trust': self.learned_trust,
+                      'start': TRUST_START, 'half': TRUST_HALF_LIFE})
             self.recovering = True
-        self.trust = _recovered(self.trust, idle)
-        self.trust_since = now - TRUST_IDLE
+        self.trust = recovered(self.learned_trust, idle)
 
-    def _learn(self, net, predicted, trust) -> None:
+    def _learn(self, net, predicted, trust, now) -> None:
         if predicted <= 0 or trust <= 0:
             return
-        self.trust_since = self.agent.clock()
-        self.recovering = False
         # The gain this move was chosen for was scaled by the trust of its
         # time: compare with what the model itself said.
         came_true = min(max(net / (predicted / trust), 0.0), 1.0)
         self.trust = max(TRUST_MIN, (1 - TRUST_WEIGHT) * self.trust +
                          TRUST_WEIGHT * came_true)
+        self.learned_trust = self.trust
+        self.trust_since = now
+        self.learned_at = time.time()
+        self.recovering = False
 
     def _keep(self, check, own, hood, now, stranded=None) -> None:
         """Keep ``check``'s move. ``stranded``: (MiB, of MiB) from
@@ -2037,8 +2053,10 @@ def _text(nodes) -> str:
     return ','.join(str(n) for n in nodes)
 
 
-def _recovered(trust: float, idle: float) -> float:
-    """``trust`` after ``idle`` seconds of recovery (TRUST_HALF_LIFE)."""
+def recovered(trust: float, idle: float) -> float:
+    """``trust`` after ``idle`` seconds of recovery (TRUST_HALF_LIFE;
+    none for ``idle`` <= 0).
+    """
     if idle <= 0 or trust >= TRUST_START:
         return trust
     return TRUST_START - (TRUST_START - trust) * 0.5 ** (

@@ -707,13 +707,15 @@ learned of the cost model's fit on this host: its trust in the model (how
 far predicted gains came true at the closed loop's verdicts; a host whose
 costs the model misjudges gets fewer, surer moves) and the predictions
 beside the measured changes of its recent verdicts (``nova-numa-overhead
-status`` shows them). Without it a restarted agent trusts the model fully
-again. A file learned for another plugin version, host name, NUMA
-topology, ``topology_file`` (the file's name and the matrix it holds) or
-``node_bandwidth_mbps`` is not used (the optimizer starts afresh). Read
+status`` shows them), and when a verdict last taught the trust: after an
+hour without one, the agent stopped or not, the trust goes back towards 1
+(half the way every 6 hours). Without the file a restarted agent trusts the
+model fully again. A file learned for another plugin version, host name,
+NUMA topology, ``topology_file`` (the file's name and the matrix it holds)
+or ``node_bandwidth_mbps`` is not used (the optimizer starts afresh). Read
 when the agent starts; written atomically at most once a minute after a
-verdict changed it, and when the agent stops, by the agent's user, who
-must be able to write to its directory (the default is in /var/lib/nova,
+verdict changed it, and when the agent stops, by the agent's user, who must
+be able to write to its directory (the default is in /var/lib/nova,
 nova-compute's default ``state_path``). A file that cannot be read or
 written is a warning, one that cannot be used is set aside as
 ``<file>.bad``: the agent keeps the state in memory and goes on. To reset

@@ -137,13 +137,13 @@ class TestAgentService(base.TestCase):
         svc = service()
         optimizer = svc.agent.optimizer
         # Verdicts taught it; a cycle saves.
-        optimizer.trust = 0.4
+        optimizer.trust = optimizer.learned_trust = 0.4
         optimizer.predictions['guest'].append((1.1, 1.0))
         svc._cycle()
         with open(state) as f:
             self.assertEqual(0.4, json.load(f)['trust'])
         # Another verdict within the minute: saved when the agent stops.
-        optimizer.trust = 0.3
+        optimizer.trust = optimizer.learned_trust = 0.3
         svc._cycle()
         with open(state) as f:
             self.assertEqual(0.4, json.load(f)['trust'])

@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import fixtures
 import libvirt
@@ -255,13 +256,14 @@ class TestOnLibvirt(StatusTestCase):
         until = agent.optimizer.backoff_record(name)[1]
         # What the running agent saved of the model's fit here.
         from nova_numa_overhead.compute import model_state
-        agent.optimizer.trust = 0.62
+        agent.optimizer.trust = agent.optimizer.learned_trust = 0.62
         agent.optimizer.predictions['guest'].extend(
             [(1.10, 1.02), (1.05, 1.06)])
         state = os.path.join(self.useFixture(fixtures.TempDir()).path,
                              'model.json')
         learned_for = model_state.learned_for(self.conf, 'cmp-status',
-                                              agent.topology)
+                                              agent.topology,
+                                              agent.estimator_topology)
         keeper = model_state.Keeper(state, agent.optimizer, learned_for)
         self.assertTrue(keeper.save())
         conf = self.write_conf('[DEFAULT]\nhost = cmp-status\n'
@@ -275,6 +277,8 @@ class TestOnLibvirt(StatusTestCase):
         model = data['optimizer'].pop('model')
         self.assertEqual(state, model['file'])
         self.assertEqual(0.62, model['trust'])
+        # Taught just now: nothing recovered yet.
+        self.assertEqual(0.62, model['trust_now'])
         self.assertIsNone(model['error'])
         self.assertEqual(2, model['calibration']['guest']['judged'])
         self.assertEqual({'judged': 0}, model['calibration']['neighbours'])
@@ -303,8 +307,22 @@ class TestOnLibvirt(StatusTestCase):
                                '[numa_overhead_agent]\n'
                                'state_file = %s\n' % state)
         self.assertIn('Its saved cost model state cannot be used: %s: '
-                      'learned for another host name; the agent starts '
-                      'afresh with it.' % state, self.text_again(conf))
+                      'learned for another host name; an agent started '
+                      'now would start afresh.' % state,
+                      self.text_again(conf))
+        # Seven hours without a verdict: half the way back to 1 by now.
+        with open(state) as f:
+            data = json.load(f)
+        data['learned_at'] = model_state.utc(time.time() - 7 * 3600)
+        with open(state, 'w') as f:
+            json.dump(data, f)
+        conf = self.write_conf('[DEFAULT]\nhost = cmp-status\n'
+                               '[numa_overhead_agent]\n'
+                               'state_file = %s\n' % state)
+        self.assertIn('its trust in the cost model, 0.62 (1: its predicted '
+                      'gains came true; 0.81 by now, no verdict having '
+                      'taught it for over an hour)',
+                      ' '.join(self.text_again(conf).split()))
 
     def test_saved_model_state_missing_or_unusable(self):
         tmp = self.useFixture(fixtures.TempDir()).path

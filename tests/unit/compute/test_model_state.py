@@ -59,7 +59,7 @@ class TestModelState(base.TestCase):
         return optimizer, keeper
 
     def learn(self, optimizer):
-        optimizer.trust = 0.45
+        optimizer.trust = optimizer.learned_trust = 0.45
         optimizer.predictions['guest'].extend([(1.2, 1.05), (1.1, 1.12)])
         optimizer.predictions['neighbours'].append((0.97, 0.95))
 
@@ -103,12 +103,12 @@ class TestModelState(base.TestCase):
         optimizer, keeper = self.learned()
         self.assertTrue(keeper.save())
         self.assertFalse(keeper.save())          # unchanged
-        optimizer.trust = 0.3
+        optimizer.trust = optimizer.learned_trust = 0.3
         self.clock.now += model_state.SAVE_INTERVAL - 1
         self.assertFalse(keeper.save())          # too soon
         self.clock.now += 1
         self.assertTrue(keeper.save())
-        optimizer.trust = 0.2
+        optimizer.trust = optimizer.learned_trust = 0.2
         self.assertTrue(keeper.save(force=True))  # the agent stops
         with open(self.path) as f:
             self.assertEqual(0.2, json.load(f)['trust'])
@@ -228,19 +228,55 @@ class TestModelState(base.TestCase):
             data = json.load(f)
         saved = data['trust']
         self.assertLess(saved, 1.0)
-        for hours, trust in ((0.5, saved), (7, 1.0 - (1.0 - saved) / 2)):
-            then = time.gmtime(time.time() - hours * 3600)
-            data['saved_at'] = time.strftime('%Y-%m-%dT%H:%M:%SZ', then)
+        # Taught by no verdict of this run (set by hand): no time.
+        self.assertEqual('', data['learned_at'])
+        half = 1.0 - (1.0 - saved) / 2
+        now = model_state.utc(time.time())
+        for learned, saved_at, trust in (
+                # Half an hour ago: half an hour more to wait.
+                (0.5, 0, saved),
+                # Seven hours ago, saved just now (the agent stopped
+                # while it recovered): half the way back.
+                (7, 0, half),
+                # No time of the verdict: the time of the save.
+                (None, 7, half)):
+            data['learned_at'] = '' if learned is None else \
+                model_state.utc(time.time() - learned * 3600)
+            data['saved_at'] = model_state.utc(time.time() - saved_at * 3600)
             with open(self.path, 'w') as f:
                 json.dump(data, f)
             optimizer = self.optimizer()
-            self.assertTrue(self.keeper(optimizer).restore())
+            keeper = self.keeper(optimizer)
+            self.assertTrue(keeper.restore())
             self.assertAlmostEqual(trust, optimizer.trust, places=3)
-        self.assertIn('trust %.2f (%.2f saved, recovered since)' % (
-            optimizer.trust, saved), self.logger.output)
-        # Saved "in the future" (a clock set back): no recovery.
-        self.assertEqual(0.0, model_state._age('2999-01-01T00:00:00Z'))
-        self.assertEqual(0.0, model_state._age(''))
+            # Nothing to write: the file holds what the verdict taught.
+            self.assertFalse(keeper.save(force=True))
+        self.assertIn('trust %.2f (%.2f saved, recovered since %s)' % (
+            optimizer.trust, saved, data['saved_at']), self.logger.output)
+        # The half hour left of the first: recovery starts then.
+        data['learned_at'] = model_state.utc(time.time() - 1800)
+        with open(self.path, 'w') as f:
+            json.dump(data, f)
+        optimizer = self.optimizer()
+        self.assertTrue(self.keeper(optimizer).restore())
+        at = optimizer.agent.clock()
+        optimizer._recover_trust(at + 1700)
+        self.assertEqual(saved, optimizer.trust)
+        optimizer._recover_trust(at + 1900 + opt_mod.TRUST_HALF_LIFE)
+        self.assertAlmostEqual(half, optimizer.trust, places=2)
+        # A time in the future (a clock set back) or none: no recovery.
+        self.assertEqual(0.0, model_state.age('2999-01-01T00:00:00Z'))
+        self.assertEqual(0.0, model_state.age(''))
+        self.assertIsNone(model_state.epoch('not a time'))
+        self.assertEqual('', model_state.utc(None))
+        self.assertEqual(now, model_state.utc(model_state.epoch(now)))
+        # A learned_at that is not a time: the file is not used.
+        data['learned_at'] = 'yesterday'
+        with open(self.path, 'w') as f:
+            json.dump(data, f)
+        self.assertFalse(self.keeper(self.optimizer()).restore())
+        self.assertIn('learned_at \'yesterday\' is not a UTC time',
+                      self.logger.output)
 
     def test_a_crash_during_a_save_leaves_nothing_behind(self):
         leftover = os.path.join(self.dir, 'model.json.abc123.tmp')
@@ -253,7 +289,7 @@ class TestModelState(base.TestCase):
         # A write that fails half-way leaves the old file and no temporary
         # one.
         self.assertTrue(keeper.save())
-        optimizer.trust = 0.2
+        optimizer.trust = optimizer.learned_trust = 0.2
         with mock.patch.object(model_state.json, 'dump', autospec=True,
                                side_effect=OSError(28, 'No space left')):
             self.assertFalse(keeper.save(force=True))
@@ -266,7 +302,7 @@ class TestModelState(base.TestCase):
         path = os.path.join(self.dir, 'missing', 'model.json')
         optimizer, keeper = self.learned(path)
         self.assertFalse(keeper.save())
-        optimizer.trust = 0.3
+        optimizer.trust = optimizer.learned_trust = 0.3
         self.clock.now += model_state.SAVE_INTERVAL
         self.assertFalse(keeper.save())
         self.assertEqual(1, self.logger.output.count(

@@ -14,6 +14,7 @@ import array
 import collections
 import dataclasses
 import math
+import time
 from unittest import mock
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
@@ -2203,33 +2204,67 @@ class TestTrust(OptimizerTestCase):
         self.remote('a')
         agent = self.start(cycles=1)
         opt = agent.optimizer
-        self.undo(agent, self.clock.now + 100)
+        verdict = self.clock.now + 100
+        self.undo(agent, verdict)
         low = opt.trust
         self.assertLess(low, 1.0)
-        # The verdict's time (the agent's clock).
-        start = opt.trust_since
-        self.assertEqual(self.clock.now, start)
+        # What the verdict taught, when (the verdict's time) and at what
+        # wall-clock time: what the state file keeps.
+        self.assertEqual(verdict, opt.trust_since)
+        self.assertEqual(low, opt.export_state()['trust'])
+        self.assertAlmostEqual(time.time(), opt.export_state()['learned_at'],
+                               delta=60)
         # An hour without a verdict: nothing yet.
-        opt._recover_trust(start + optimizer.TRUST_IDLE)
+        opt._recover_trust(verdict + optimizer.TRUST_IDLE)
         self.assertEqual(low, opt.trust)
-        self.assertNotIn('No verdict for', self.logger.output)
+        self.assertNotIn('No verdict has taught', self.logger.output)
         # Then half the way back every TRUST_HALF_LIFE, step by step as
-        # at once.
-        for t in range(0, int(optimizer.TRUST_HALF_LIFE) + 1, 600):
-            opt._recover_trust(start + optimizer.TRUST_IDLE + t)
+        # at once; what the verdict taught stays what is saved (nothing
+        # to write while it recovers).
+        half = verdict + optimizer.TRUST_IDLE + optimizer.TRUST_HALF_LIFE
+        for t in range(int(verdict + optimizer.TRUST_IDLE),
+                       int(half) + 1, 600):
+            opt._recover_trust(t)
         self.assertAlmostEqual(1.0 - (1.0 - low) / 2, opt.trust)
+        self.assertEqual(low, opt.export_state()['trust'])
         self.assertEqual(1, self.logger.output.count(
-            'No verdict for 3600 s: the trust in the cost model (%.2f) goes '
-            'back towards 1.0' % low))
-        # A verdict starts the hour again.
-        self.clock.now = start + 30000
-        self.undo(agent, self.clock.now)
+            'No verdict has taught the trust in the cost model for over '
+            '3600 s: it goes back from %.2f towards 1.0' % low))
+        other = self.make_agent().optimizer
+        other.import_state(opt.export_state(), idle=0.0)
+        other.trust_since = verdict
+        other._recover_trust(half)
+        self.assertAlmostEqual(opt.trust, other.trust)
+        # A verdict learns from the trust it has recovered to, and starts
+        # the hour again.
+        recovered = opt.trust
+        self.clock.now = verdict = half + 100
+        self.undo(agent, verdict)
+        self.assertAlmostEqual((1 - optimizer.TRUST_WEIGHT) * recovered,
+                               opt.trust)
         low = opt.trust
-        opt._recover_trust(self.clock.now + optimizer.TRUST_IDLE - 1)
+        opt._recover_trust(verdict + optimizer.TRUST_IDLE - 1)
         self.assertEqual(low, opt.trust)
-        opt._recover_trust(self.clock.now + optimizer.TRUST_IDLE + 600)
+        opt._recover_trust(verdict + optimizer.TRUST_IDLE + 600)
         self.assertLess(low, opt.trust)
-        self.assertEqual(2, self.logger.output.count('No verdict for'))
+        self.assertEqual(3, self.logger.output.count('No verdict has taught'))
+
+    def test_a_full_trust_has_nothing_to_recover(self):
+        agent = self.start(cycles=1)
+        opt = agent.optimizer
+        opt._recover_trust(self.clock.now)
+        opt._recover_trust(self.clock.now + 100 * optimizer.TRUST_HALF_LIFE)
+        self.assertEqual(1.0, opt.trust)
+        self.assertIsNone(opt.export_state()['learned_at'])
+        self.assertNotIn('No verdict has taught', self.logger.output)
+        # A saved state read with a time that is no time: none counted.
+        state = dict(opt.export_state(), trust=0.5)
+        for idle in (math.nan, -5.0):
+            opt.import_state(state, idle=idle)
+            self.assertEqual(0.5, opt.trust)
+            self.assertEqual(agent.clock(), opt.trust_since)
+        opt.import_state(state, idle=math.inf)
+        self.assertEqual(1.0, opt.trust)
 
     def test_predicted_gains_are_scaled_by_the_trust(self):
         self.remote()
