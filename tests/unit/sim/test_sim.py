@@ -580,6 +580,18 @@ class TestScenarios(testtools.TestCase):
             '[[guests]]\nmemory_gb = 4\n'))
         self.assertEqual(2, s.host.size)
 
+    def test_the_documented_outside_files_load(self):
+        # The simulator guide's "Files written outside the generator".
+        here = os.path.dirname(os.path.abspath(__file__))
+        folder = os.path.join(here, '..', '..', '..', 'doc', 'source',
+                              'user', 'scenarios')
+        names = sorted(f for f in os.listdir(folder) if f.endswith('.toml'))
+        self.assertEqual(6, len(names))
+        for name in names:
+            s = scenarios.load(os.path.join(folder, name))
+            self.assertEqual(name[:-len('.toml')], s.name)
+            self.assertTrue(s.description.startswith('Session 29'))
+
     def test_strict(self):
         cases = [
             ('[[guests]]\nmemry_gb = 4\n', "guests[0].memry_gb: unknown key"),
