@@ -13,8 +13,8 @@
 across agent restarts.
 
 The trust (how far the model's predicted gains came true at the closed
-loop's verdicts, :attr:`Optimizer.trust
-<nova_numa_overhead.compute.optimizer.Optimizer.trust>`) and the
+loop's verdicts, as the last verdict left it: ``learned_trust`` of
+:class:`~nova_numa_overhead.compute.optimizer.Optimizer`) and the
 (predicted, measured) pairs behind the calibration summary live in
 memory: without this file a restarted agent (a configuration change, a
 host reboot) trusts the model fully again, and on a host whose costs the
@@ -125,7 +125,8 @@ def validate(path, data, trust_min: float) -> dict:
     times = {}
     for key in ('saved_at', 'learned_at'):
         value = data.get(key, '')
-        if not isinstance(value, str) or value and not ISO.match(value):
+        if not isinstance(value, str) or value and (
+                not ISO.match(value) or epoch(value) is None):
             raise StateError('%s: %s %s is not a UTC time '
                              '(YYYY-MM-DDThh:mm:ssZ)' % (
                                  path, key, _short(value)))
@@ -318,7 +319,7 @@ class Keeper:
             return False
         when = taught(data)
         self.optimizer.import_state(data, idle=age(when),
-                                    learned_at=epoch(data['learned_at']))
+                                    learned_at=epoch(when))
         self.saved = self._snapshot()
         trust = self.optimizer.trust
         LOG.info('Cost model state restored from %s (saved %s): trust '

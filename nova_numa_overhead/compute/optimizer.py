@@ -145,11 +145,11 @@ TRUST_START = 1.0        # trust in the model before any verdict
 TRUST_MIN = 0.1
 TRUST_WEIGHT = 0.3       # weight of the latest verdict
 # A trust below TRUST_START makes moves rarer, so that verdicts, the only
-# way up, may stop: after TRUST_IDLE seconds without one (the agent
-# stopped included, as its state file says), the trust goes back
-# towards TRUST_START, half the way every TRUST_HALF_LIFE seconds, and
-# the optimizer tries the model again (its verdicts lower it again where
-# it still misjudges the host).
+# way to learn a higher one, may stop: after TRUST_IDLE seconds without
+# one (the agent stopped included, as its state file says), the trust
+# goes back towards TRUST_START, half the way every TRUST_HALF_LIFE
+# seconds, and the optimizer tries the model again (its verdicts lower it
+# again where it still misjudges the host).
 TRUST_IDLE = 3600.0
 TRUST_HALF_LIFE = 6 * 3600.0
 # Without the stalled-cycles event, for a guest that is not
@@ -559,8 +559,9 @@ class Optimizer:
     def step(self, now: float) -> list:
         """Verdicts on earlier moves, then maybe new moves."""
         self.observe(now)
-        self.verdicts(now)
+        # A verdict now learns from the trust recovered to now.
         self._recover_trust(now)
+        self.verdicts(now)
         actions = []
         if self.due(now) and not self._settling_logged(now):
             self.next_pass = now + self._interval()
@@ -1584,8 +1585,10 @@ class Optimizer:
 
     def export_state(self) -> dict:
         """What this host taught the optimizer of the cost model's fit,
-        for :mod:`.model_state`: the trust and the (predicted, measured)
-        pairs of the recent verdicts.
+        for :mod:`.model_state`: the trust as the last verdict that
+        taught it left it (``learned_trust``, not what it has recovered
+        to since), when (``learned_at``, wall clock; None: no verdict
+        here) and the (predicted, measured) pairs of the recent verdicts.
         """
         return {'trust': self.learned_trust,
                 'learned_at': self.learned_at,
@@ -1601,15 +1604,15 @@ class Optimizer:
         its recovery, the agent stopped or not.
         """
         idle = float(idle)
-        if not math.isfinite(idle) or idle < 0:
-            idle = 0.0 if math.isnan(idle) or idle < 0 else idle
+        # Not a time (NaN) or a clock set back: none; forever: 1e12 s.
+        idle = min(idle, 1e12) if idle >= 0 else 0.0
         self.learned_trust = min(max(float(state['trust']), TRUST_MIN),
                                  1.0)
         self.trust = self.learned_trust
         self.learned_at = learned_at
         self.recovering = False
         now = self.agent.clock()
-        self.trust_since = now - min(idle, 1e12)
+        self.trust_since = now - idle
         self._recover_trust(now)
         for kind, pairs in self.predictions.items():
             pairs.clear()
@@ -1672,14 +1675,14 @@ class Optimizer:
         idle = now - self.trust_since - TRUST_IDLE
         if idle <= 0:
             return
-        if not self.recovering:
+        if not self.recovering and round(self.learned_trust, 2) < 1.0:
             LOG.info('No verdict has taught the trust in the cost model '
                      'for over %(idle)d s: it goes back from %(trust).2f '
                      'towards %(start).1f, half the way every %(half)d s, '
                      'so that the optimizer tries the model again',
                      {'idle': TRUST_IDLE, 'trust': self.learned_trust,
                       'start': TRUST_START, 'half': TRUST_HALF_LIFE})
-            self.recovering = True
+        self.recovering = True
         self.trust = recovered(self.learned_trust, idle)
 
     def _learn(self, net, predicted, trust, now) -> None:

@@ -271,12 +271,13 @@ class TestModelState(base.TestCase):
         self.assertEqual('', model_state.utc(None))
         self.assertEqual(now, model_state.utc(model_state.epoch(now)))
         # A learned_at that is not a time: the file is not used.
-        data['learned_at'] = 'yesterday'
-        with open(self.path, 'w') as f:
-            json.dump(data, f)
-        self.assertFalse(self.keeper(self.optimizer()).restore())
-        self.assertIn('learned_at \'yesterday\' is not a UTC time',
-                      self.logger.output)
+        for bad in ('yesterday', '2026-13-45T99:99:99Z'):
+            data['learned_at'] = bad
+            with open(self.path, 'w') as f:
+                json.dump(data, f)
+            self.assertFalse(self.keeper(self.optimizer()).restore())
+            self.assertIn('learned_at %r is not a UTC time' % bad,
+                          self.logger.output)
 
     def test_a_crash_during_a_save_leaves_nothing_behind(self):
         leftover = os.path.join(self.dir, 'model.json.abc123.tmp')
