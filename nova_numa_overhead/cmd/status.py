@@ -652,6 +652,16 @@ def _model_state(conf, host, topology, matrix=None) -> dict:
     if topology is not None:
         changed = model_state.differs(data, model_state.learned_for(
             conf, host, topology, matrix))
+        unread = conf.numa_overhead_agent.topology_file and \
+            not model_state.matrix_digest(matrix)
+        if changed == ['matrix'] and unread:
+            # This status read no matrix from the file (another user
+            # than the agent's, say): it cannot tell.
+            out['error'] = ('%s: learned with the matrix of topology_file '
+                            '%s, which this status could not read: run it '
+                            'as the agent\'s user to compare' % (
+                                path, conf.numa_overhead_agent.topology_file))
+            return out
         if changed:
             out['error'] = ('%s: learned for another %s; an agent started '
                             'now would start afresh' % (path, ', '.join(

@@ -323,6 +323,23 @@ class TestOnLibvirt(StatusTestCase):
                       'gains came true; 0.81 by now, no verdict having '
                       'taught it for over an hour)',
                       ' '.join(self.text_again(conf).split()))
+        # Learned with a probe's matrix this status cannot read (another
+        # user than the agent's): it says it cannot tell.
+        topology = os.path.join(os.path.dirname(state), 'topology.json')
+        data['learned_for'] = dict(data['learned_for'],
+                                   topology_file=topology,
+                                   matrix='0123456789abcdef')
+        with open(state, 'w') as f:
+            json.dump(data, f)
+        conf = self.write_conf('[DEFAULT]\nhost = cmp-status\n'
+                               '[numa_overhead_agent]\n'
+                               'state_file = %s\ntopology_file = %s\n'
+                               % (state, topology))
+        self.assertIn('Its saved cost model state cannot be used: %s: '
+                      'learned with the matrix of topology_file %s, which '
+                      'this status could not read: run it as the agent\'s '
+                      'user to compare.' % (state, topology),
+                      ' '.join(self.text_again(conf).split()))
 
     def test_saved_model_state_missing_or_unusable(self):
         tmp = self.useFixture(fixtures.TempDir()).path
