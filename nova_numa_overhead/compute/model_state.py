@@ -286,7 +286,10 @@ class Keeper:
         self.learned_for = learned_for
         self.clock = clock
         self.saved = None         # what the last save (or restore) held
-        self.saved_at = None      # clock() of the last save
+        # clock() of the last look at what changed (a save or not):
+        # the agent calls save() every cycle, the state is compared at
+        # most every SAVE_INTERVAL seconds.
+        self.checked_at = None
         self.failing = False      # the last write failed (warned once)
         self.lock = threading.Lock()
 
@@ -370,16 +373,16 @@ class Keeper:
 
     def _save(self, force) -> bool:
         now = self.clock()
-        if not force and self.saved_at is not None and \
-                now - self.saved_at < SAVE_INTERVAL:
+        if not force and self.checked_at is not None and \
+                now - self.checked_at < SAVE_INTERVAL:
             return False
+        self.checked_at = now
         snapshot = self._snapshot()
         if snapshot == self.saved:
             return False
         data = dict(snapshot, version=VERSION,
                     learned_for=self.learned_for,
                     saved_at=utc(time.time()))
-        self.saved_at = now
         try:
             save(self.path, data)
         except OSError as exc:

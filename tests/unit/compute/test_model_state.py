@@ -73,6 +73,9 @@ class TestModelState(base.TestCase):
         self.assertFalse(keeper.save(force=True))
         self.assertFalse(os.path.exists(self.path))
         self.learn(first)
+        # Looked at a moment ago: the next look comes a minute later.
+        self.assertFalse(keeper.save())
+        self.clock.now += model_state.SAVE_INTERVAL
         self.assertTrue(keeper.save())
         with open(self.path) as f:
             data = json.load(f)
@@ -103,6 +106,13 @@ class TestModelState(base.TestCase):
         optimizer, keeper = self.learned()
         self.assertTrue(keeper.save())
         self.assertFalse(keeper.save())          # unchanged
+        # Called every cycle, it looks at the state once a minute.
+        with mock.patch.object(keeper, '_snapshot',
+                               wraps=keeper._snapshot) as snapshot:
+            for _ in range(120):
+                self.clock.now += 1
+                self.assertFalse(keeper.save())
+        self.assertEqual(2, snapshot.call_count)
         optimizer.trust = optimizer.learned_trust = 0.3
         self.clock.now += model_state.SAVE_INTERVAL - 1
         self.assertFalse(keeper.save())          # too soon
