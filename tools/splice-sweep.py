@@ -22,7 +22,8 @@ re-running every policy.
 
 Several pairs may be given (FULL VARIANT FULL VARIANT ...: one per seed).
 It prints, over all their scenarios, how many break each rule and the
-bar (nova_numa_overhead.sim.rules), the mean of the variant's means
+bar (nova_numa_overhead.sim.rules; and in how many every rule broken
+looks out of reach, rules.out_of_reach), the mean of the variant's means
 against Nova's default, the worst-guest count and the memory moved,
 with the other policies and the oracle of the full run
 (nova_numa_overhead.sim.rules.splice says what that approximates).
@@ -54,6 +55,7 @@ def main(argv) -> int:
         return 2
     counts = collections.Counter()
     broken = 0
+    only = 0
     means = []
     guests = 0
     moved_mb = 0.0
@@ -78,15 +80,19 @@ def main(argv) -> int:
             found = rules.broken(row)
             counts.update(found)
             broken += bool(found)
+            # Every rule it breaks there looks out of reach.
+            only += bool(found) and rules.out_of_reach(row) == found
             ours = row['policies']['overhead-aware']
             means.append(ours.get('vs_nova_default') or 0.0)
             guests += sum(1 for v in ours.get('normalised', {}).values()
                           if v is not None and v < rules.GUEST)
             moved_mb += ours.get('moved_mb') or 0.0
-    print('scenarios %d, bar broken in %d (%s); mean of the means %.4fx '
+    print('scenarios %d, bar broken in %d (%s; in %d only rules that '
+          'look out of reach); mean of the means %.4fx '
           "Nova's default; guests below %.2fx: %d; %.0f GiB moved"
           % (len(means), broken,
              ', '.join('%s %d' % (r, counts[r]) for r in rules.RULES),
+             only,
              sum(means) / max(len(means), 1), rules.GUEST, guests,
              moved_mb / 1024.0))
     return 0

@@ -28,7 +28,11 @@ with every guest held at >= GUEST of its Nova-default throughput,
 :mod:`nova_numa_overhead.sim.oracle`) stays below the oracle rule's floor:
 the best placement known that keeps the guest rule misses the oracle rule
 there. The search being a heuristic, that is evidence that no policy can
-keep both, not proof.
+keep both, not proof. :func:`win_unattainable` says the same of the win
+rule where the best other policy gets ahead by sacrificing guests and no
+placement known that keeps them (the fair oracle's, another policy's)
+comes within the rule's margin of it; :func:`out_of_reach` lists the
+rules broken in a row that look so.
 """
 
 HARM = 0.99
@@ -83,6 +87,40 @@ def unattainable(row: dict) -> bool:
     """
     fair = row.get('fair_of_oracle')
     return fair is not None and fair < oracle_floor(row)
+
+
+def win_unattainable(row: dict, policy: str = 'overhead-aware') -> bool:
+    """Whether, in this row, no placement known that keeps the guest rule
+    comes within the win rule's margin of the best other policy: the
+    fair oracle's mean and the means of the other policies that keep
+    every guest at GUEST or more all stay more than -WIN behind it (the
+    best other policy reaches its mean by sacrificing guests). Evidence,
+    not proof, as :func:`unattainable`.
+    """
+    fair = (row.get('oracle') or {}).get('fair_mean')
+    best = row.get('best_other')
+    if fair is None or best is None or best not in row['policies']:
+        return False
+    reach = [fair]
+    for name, cell in row['policies'].items():
+        if name != policy and name not in NOT_OTHERS and \
+                (cell.get('worst_guest') or 0.0) >= GUEST:
+            reach.append(cell.get('mean_throughput') or 0.0)
+    top = row['policies'][best].get('mean_throughput') or 0.0
+    return max(reach) < top * (1.0 + WIN)
+
+
+def out_of_reach(row: dict, policy: str = 'overhead-aware') -> list:
+    """The rules ``policy`` breaks in this row that look out of reach for
+    any policy keeping the guest rule: ``oracle`` where
+    :func:`unattainable`, ``win`` where :func:`win_unattainable`.
+    """
+    out = []
+    for rule in broken(row, policy):
+        if rule == 'oracle' and unattainable(row) or \
+                rule == 'win' and win_unattainable(row, policy):
+            out.append(rule)
+    return out
 
 
 def splice(full: dict, variant: dict, policy: str = 'overhead-aware'
