@@ -22,18 +22,19 @@ re-running every policy.
 
 Several pairs may be given (FULL VARIANT FULL VARIANT ...: one per seed).
 It prints, over all their scenarios, how many break each rule and the
-bar (nova_numa_overhead.sim.rules; and in how many every rule broken
-looks out of reach, rules.out_of_reach), the mean of the variant's means
+bar (nova_numa_overhead.sim.rules; in how many every rule broken looks
+out of reach, rules.out_of_reach, and in the others how many break each
+rule where it does not look so: sim.sweep.bar), the mean of the variant's means
 against Nova's default, the worst-guest count and the memory moved,
 with the other policies and the oracle of the full run
 (nova_numa_overhead.sim.rules.splice says what that approximates).
 """
 
-import collections
 import json
 import sys
 
 from nova_numa_overhead.sim import rules
+from nova_numa_overhead.sim import sweep
 
 
 def _rows(path) -> dict:
@@ -53,9 +54,7 @@ def main(argv) -> int:
     if not argv or len(argv) % 2:
         print(__doc__, file=sys.stderr)
         return 2
-    counts = collections.Counter()
-    broken = 0
-    only = 0
+    rows = []
     means = []
     guests = 0
     moved_mb = 0.0
@@ -77,22 +76,21 @@ def main(argv) -> int:
                       '--all JSON of simulate?)' % (name, exc),
                       file=sys.stderr)
                 return 2
-            found = rules.broken(row)
-            counts.update(found)
-            broken += bool(found)
-            # Every rule it breaks there looks out of reach.
-            only += bool(found) and rules.out_of_reach(row) == found
+            rows.append(row)
             ours = row['policies']['overhead-aware']
             means.append(ours.get('vs_nova_default') or 0.0)
             guests += sum(1 for v in ours.get('normalised', {}).values()
                           if v is not None and v < rules.GUEST)
             moved_mb += ours.get('moved_mb') or 0.0
+    bar = sweep.bar(rows)
     print('scenarios %d, bar broken in %d (%s; in %d only rules that '
-          'look out of reach); mean of the means %.4fx '
+          'look out of reach, in the others %s); mean of the means %.4fx '
           "Nova's default; guests below %.2fx: %d; %.0f GiB moved"
-          % (len(means), broken,
-             ', '.join('%s %d' % (r, counts[r]) for r in rules.RULES),
-             only,
+          % (len(means), bar['broken'],
+             ', '.join('%s %d' % (r, bar['rules'][r]) for r in rules.RULES),
+             bar['only_out_of_reach'],
+             ', '.join('%s %d' % (r, bar['within_reach'][r])
+                       for r in rules.RULES),
              sum(means) / max(len(means), 1), rules.GUEST, guests,
              moved_mb / 1024.0))
     return 0
