@@ -24,9 +24,9 @@ Several pairs may be given (FULL VARIANT FULL VARIANT ...: one per seed).
 It prints, over all their scenarios, how many break each rule and the
 bar (nova_numa_overhead.sim.rules; in how many every rule broken looks
 out of reach, rules.out_of_reach, and in the others how many break each
-rule where it does not look so: sim.sweep.bar), the mean of the variant's means
-against Nova's default, the worst-guest count and the memory moved,
-with the other policies and the oracle of the full run
+rule where it does not look so: sim.sweep.bar), the mean of the
+variant's means against Nova's default, the worst-guest count and the
+memory moved, with the other policies and the oracle of the full run
 (nova_numa_overhead.sim.rules.splice says what that approximates).
 """
 

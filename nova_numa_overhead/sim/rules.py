@@ -30,9 +30,9 @@ the best placement known that keeps the guest rule misses the oracle rule
 there. The search being a heuristic, that is evidence that no policy can
 keep both, not proof. :func:`win_unattainable` says the same of the win
 rule where the best other policy gets ahead by sacrificing guests and no
-placement known that keeps them (the fair oracle's, another policy's)
-comes within the rule's margin of it; :func:`out_of_reach` lists the
-rules broken in a row that look so.
+placement known that keeps them (the fair oracle's, or any run's that
+kept every guest) comes within the rule's margin of it;
+:func:`out_of_reach` lists the rules broken in a row that look so.
 """
 
 HARM = 0.99
