@@ -40,6 +40,7 @@ k), from these distributions (doc/source/user/simulator.rst):
 
 import dataclasses
 import random
+import textwrap
 
 from nova_numa_overhead.overhead import samples
 from nova_numa_overhead.sim import backend
@@ -379,29 +380,36 @@ def table(sweep: dict) -> str:
     f = dist.get('fair_oracle')
     if f:
         from nova_numa_overhead.sim import rules
-        lines.append('best placement found holding every guest >= %.2fx '
-                     'Nova (fair oracle): %.1f%% of the oracle at the '
-                     'median, %.1f%% at p5; below the oracle rule (the '
-                     'guest and oracle rules look incompatible) in %d of '
-                     '%d' % (rules.GUEST, 100 * f['of_oracle']['median'],
-                             100 * f['of_oracle']['p5'], f['unattainable'],
-                             dist['scenarios']))
-        lines.append('another policy ahead only by sacrificing guests, '
-                     'beyond the fair oracle and every run keeping them '
-                     '(the guest and win rules look incompatible): in %d '
-                     'of %d' % (f['win_unattainable'], dist['scenarios']))
+        lines.append(_wrap(
+            'best placement found holding every guest >= %.2fx Nova (fair '
+            'oracle): %.1f%% of the oracle at the median, %.1f%% at p5; '
+            'below the oracle rule (the guest and oracle rules look '
+            'incompatible) in %d of %d' % (
+                rules.GUEST, 100 * f['of_oracle']['median'],
+                100 * f['of_oracle']['p5'], f['unattainable'],
+                dist['scenarios'])))
+        lines.append(_wrap('another policy ahead only by sacrificing '
+                           'guests, beyond the fair oracle and every run '
+                           'keeping them (the guest and win rules look '
+                           'incompatible): in %d of %d' % (
+                               f['win_unattainable'], dist['scenarios'])))
     b = dist.get('bar')
     if b:
         from nova_numa_overhead.sim import rules
-        lines.append('the bar broken in %d of %d (%s); in %d of them only '
-                     'rules that look out of reach; in the others %s' % (
-                         b['broken'], dist['scenarios'],
-                         ', '.join('%s %d' % (r, b['rules'][r])
-                                   for r in rules.RULES),
-                         b['only_out_of_reach'],
-                         ', '.join('%s %d' % (r, b['within_reach'][r])
-                                   for r in rules.RULES)))
+        lines.append(_wrap(
+            'the bar broken in %d of %d (%s); in %d of them only rules '
+            'that look out of reach; in the others %s' % (
+                b['broken'], dist['scenarios'],
+                ', '.join('%s %d' % (r, b['rules'][r]) for r in rules.RULES),
+                b['only_out_of_reach'],
+                ', '.join('%s %d' % (r, b['within_reach'][r])
+                          for r in rules.RULES))))
     return '\n'.join(lines)
+
+
+def _wrap(text: str) -> str:
+    """A line of :func:`table`, wrapped as the calibration's."""
+    return textwrap.fill(text, width=79, subsequent_indent='  ')
 
 
 # -- scenarios as data (the sweep's JSON, and files to replay them) --------
