@@ -127,13 +127,15 @@ def win_unattainable(row: dict) -> bool:
     return max(reach) < best['mean_throughput'] * (1.0 + WIN)
 
 
-def out_of_reach(row: dict, policy: str = 'overhead-aware') -> list:
-    """The rules ``policy`` breaks in this row that look out of reach for
-    any policy keeping the guest rule: ``oracle`` where
-    :func:`unattainable`, ``win`` where :func:`win_unattainable`.
+def out_of_reach(row: dict, policy: str = 'overhead-aware',
+                 found=None) -> list:
+    """The rules ``policy`` breaks in this row (``found``, if its
+    :func:`broken` is at hand) that look out of reach for any policy
+    keeping the guest rule: ``oracle`` where :func:`unattainable`, ``win``
+    where :func:`win_unattainable`.
     """
     out = []
-    for rule in broken(row, policy):
+    for rule in broken(row, policy) if found is None else found:
         if (rule == 'oracle' and unattainable(row)) or \
                 (rule == 'win' and win_unattainable(row)):
             out.append(rule)

@@ -335,7 +335,7 @@ def bar(rows) -> dict:
         if not found:
             continue
         out['broken'] += 1
-        unreachable = rules.out_of_reach(row)
+        unreachable = rules.out_of_reach(row, found=found)
         for rule in found:
             out['rules'][rule] += 1
             if rule not in unreachable:

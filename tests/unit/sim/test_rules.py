@@ -195,6 +195,7 @@ class TestBroken(testtools.TestCase):
         # guest is never out of reach; win and oracle look so here.
         self.assertEqual(['guest', 'win', 'oracle'], rules.broken(r))
         self.assertEqual(['win', 'oracle'], rules.out_of_reach(r))
+        self.assertEqual(['win'], rules.out_of_reach(r, found=['win']))
         self.assertEqual([], rules.out_of_reach(full_row(1.3)))
 
     def test_edges_pass(self):
