@@ -404,6 +404,8 @@ class Optimizer:
         self.trust_since = None
         self.learned_at = None
         self.recovering = False
+        # When the trust's recovery last looked (agent clock).
+        self._recovered_at = None
         # (predicted, measured) speed after / before of the moved guests
         # and of their measured neighbours, at the verdicts.
         self.predictions = {
@@ -1665,11 +1667,18 @@ class Optimizer:
     def _recover_trust(self, now) -> None:
         """TRUST_IDLE seconds after the last verdict that taught it (or
         the agent's start), the trust goes back towards TRUST_START from
-        what that verdict left (TRUST_HALF_LIFE). Nothing to write: the
-        state file keeps what the verdict taught and when.
+        what that verdict left (TRUST_HALF_LIFE). Not while a move awaits
+        its verdict: the time it waits does not count (the trust stays
+        what it was when the move was chosen, so that the moves of the
+        next passes are not chosen on a trust that verdict may lower).
+        Nothing to write: the state file keeps what the verdict taught
+        and when.
         """
         if self.trust_since is None:
             self.trust_since = now
+        last, self._recovered_at = self._recovered_at, now
+        if self.checks and last is not None and now > last:
+            self.trust_since += now - last
         if self.learned_trust >= TRUST_START:
             return
         idle = now - self.trust_since - TRUST_IDLE

@@ -2249,6 +2249,36 @@ class TestTrust(OptimizerTestCase):
         self.assertLess(low, opt.trust)
         self.assertEqual(3, self.logger.output.count('No verdict has taught'))
 
+    def test_the_trust_does_not_recover_while_a_verdict_is_awaited(self):
+        self.remote('a')
+        agent = self.start(cycles=1)
+        opt = agent.optimizer
+        verdict = self.clock.now + 100
+        self.undo(agent, verdict)
+        low = opt.trust
+        start = verdict + optimizer.TRUST_IDLE
+        opt._recover_trust(start)
+        # A move chosen on the recovering trust waits for its verdict for
+        # a whole half-life: the trust stays where it was.
+        opt._recover_trust(start + 600)
+        waiting = opt.trust
+        self.assertLess(low, waiting)
+        opt.checks['a'] = optimizer.Check(
+            'a', start + 600, start + 605, IPS, {}, ((0,), NODE0_CPUS), 0.5,
+            (1,), 0.0)
+        for t in range(600, int(optimizer.TRUST_HALF_LIFE) + 601, 300):
+            opt._recover_trust(start + 600 + t)
+        self.assertEqual(waiting, opt.trust)
+        # No verdict after all (expired, unjudged): it goes on from there,
+        # the wait not counted.
+        del opt.checks['a']
+        opt._recover_trust(start + 600 + optimizer.TRUST_HALF_LIFE + 900)
+        other = self.make_agent().optimizer
+        other.import_state(opt.export_state(), idle=0.0)
+        other.trust_since = verdict
+        other._recover_trust(start + 600 + 300)
+        self.assertAlmostEqual(other.trust, opt.trust)
+
     def test_a_full_trust_has_nothing_to_recover(self):
         agent = self.start(cycles=1)
         opt = agent.optimizer
