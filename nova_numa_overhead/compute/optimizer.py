@@ -125,6 +125,7 @@ HOLD = 30.0              # seconds a kept move is left before the next
 HISTORY = 32             # samples of progress a guest may keep: the most
 #                          loop_window can ask for (each keeps loop_window)
 EXPIRE = 120.0           # seconds after settling a verdict may wait for
+#                          (twice loop_window samples where longer)
 FALLBACK_RATE = 2048.0   # MiB/s assumed without migrate_rate_mb_per_s
 PHASE = 2.0              # LLC references per instruction changed by this
 #                          factor and across MEMORY_INTENSIVE_RPKI: the
@@ -289,6 +290,10 @@ class Check:
     # Its own predicted speed after / before with every move of its pass
     # (None: effects[guest]).
     expected: float | None = None
+    # Its verdict is final: kept, or the undo made (or failed for good);
+    # libvirt lost after that (writing the guest's record) does not have
+    # it judged again.
+    final: bool = False
 
     def own_expected(self) -> float:
         """What its guest's speed was predicted to become (after /
@@ -406,6 +411,10 @@ class Optimizer:
         self.recovering = False
         # When the trust's recovery last looked (agent clock).
         self._recovered_at = None
+        # Guests whose record libvirt lost (written again at the next
+        # step), and the loss to raise once the step's work is done.
+        self.unwritten: set = set()
+        self._lost = None
         # (predicted, measured) speed after / before of the moved guests
         # and of their measured neighbours, at the verdicts.
         self.predictions = {
@@ -561,6 +570,14 @@ class Optimizer:
     def step(self, now: float) -> list:
         """Verdicts on earlier moves, then maybe new moves."""
         self.observe(now)
+        for name in list(self.unwritten):
+            # Records libvirt lost at an earlier step.
+            domain = self.agent.domains.get(name)
+            if domain is None:
+                self.unwritten.discard(name)
+            else:
+                self._write_record(domain)
+        self._raise_lost()
         # A verdict now learns from the trust recovered to now.
         self._recover_trust(now)
         self.verdicts(now)
@@ -1061,7 +1078,9 @@ class Optimizer:
                 # needed.
                 variants.append((now_mem, 0.0, False))
             for memory, moved, with_memory in variants:
-                if moved > budget or self._left <= 0:
+                # A move of no page fits any page budget (the first move
+                # of a pass may have overdrawn it).
+                if moved > max(budget, 0.0) or self._left <= 0:
                     continue
                 self._left -= 1
                 changes = dict(base_changes)
@@ -1284,7 +1303,7 @@ class Optimizer:
             reason += ('; not judged: measured fewer than %d samples '
                        'before it' % self.opts.loop_window)
         # With its check or hold: a restarted agent leaves it alone too.
-        agent.write_record(domain)
+        self._write_record(domain)
         LOG.info('Moved %(guest)s, %(what)s, to nodes %(nodes)s: '
                  '%(reason)s', {'guest': action.guest, 'what': what,
                                 'nodes': _text(action.nodes),
@@ -1294,6 +1313,7 @@ class Optimizer:
             'memory': action.with_memory,
             'predicted_gain': action.gain, 'cost': action.cost,
             'moved_mb': action.moved_mb, 'judged': before is not None})
+        self._raise_lost()
         return True
 
     def _move(self, domain, nodes, cpus) -> bool:
@@ -1303,7 +1323,12 @@ class Optimizer:
         rest a step each cycle within the page budget (``landing``).
         """
         hv = self.agent.hv
+        restrictions = self.agent.restrictions
+        previous = restrictions.get(domain.name, ((), ()))
         hv.pin_vcpus(domain, cpus)
+        # In force from now on, whatever happens next: what is restored
+        # before a migration or when the agent steps back.
+        restrictions[domain.name] = (tuple(previous[0]), tuple(cpus))
         if not nodes:
             return True
         hv.set_nodeset(domain, nodes)
@@ -1358,7 +1383,7 @@ class Optimizer:
                 continue
             after = self._mean(name, since=check.settle)
             if after is None:
-                if now > check.settle + EXPIRE:
+                if now > check.settle + self._expire():
                     # No progress measured since: no verdict, and its
                     # nodes are open again.
                     del self.checks[name]
@@ -1404,24 +1429,29 @@ class Optimizer:
             if summed and misjudged:
                 # Counted: the sum alone would have kept it.
                 self.counts['misjudged'] += 1
-            if summed and not misjudged:
-                self._keep(check, own, hood, now)
-                out.append((name, 'kept'))
-            elif (stranded := self._stranded(check)) is not None:
-                self._keep(check, own, hood, now, stranded)
-                out.append((name, 'kept'))
-            else:
-                try:
+            try:
+                if summed and not misjudged:
+                    self._keep(check, own, hood, now)
+                    out.append((name, 'kept'))
+                elif (stranded := self._stranded(check)) is not None:
+                    self._keep(check, own, hood, now, stranded)
+                    out.append((name, 'kept'))
+                else:
                     undone = self._undo(check, own, hood, now)
-                except hv_mod.HypervisorUnavailable:
-                    # Judged again once libvirt is back.
+                    out.append((name, 'undone' if undone else
+                                'undo failed'))
+            except hv_mod.HypervisorUnavailable:
+                if not check.final:
+                    # The undo was not made: judged again once libvirt
+                    # is back.
                     self.checks[name] = check
                     raise
-                out.append((name, 'undone' if undone else 'undo failed'))
-            # Learned and counted once the verdict is final (an undo that
-            # lost libvirt is judged again).
+            # Learned and counted once the verdict is final: a record
+            # that could not be written (libvirt lost) is written again
+            # at the next step, the verdict not taken again.
             self._learned(check, net, came, now)
             self._calibrate(check, own, measured, now, came)
+            self._raise_lost()
         return out
 
     def _learned(self, check, net, came, now) -> None:
@@ -1635,8 +1665,9 @@ class Optimizer:
         again unjudged), at most BACKOFF_MAX.
         """
         run = self.unjudged_run.get(name, 0)
-        self.unjudged_run[name] = run + 1
-        return min(HOLD * 2 ** run, BACKOFF_MAX)
+        # Counted no further than BACKOFF_MAX needs (2 ** 1024 overflows).
+        self.unjudged_run[name] = min(run + 1, BACKOFF_UNDOS_MAX)
+        return min(HOLD * 2 ** min(run, BACKOFF_UNDOS_MAX), BACKOFF_MAX)
 
     def _unjudged(self, check, after, rpi, now) -> None:
         self.counts['unjudged'] += 1
@@ -1651,6 +1682,34 @@ class Optimizer:
             'progress': own, 'reason': 'workload changed',
             'rpi_before': before, 'rpi_after': now_rpi})
 
+    def _expire(self) -> float:
+        """Seconds after a move's pages landed that its verdict may wait
+        for a window of progress: EXPIRE, or twice what ``loop_window``
+        samples take where that is longer.
+        """
+        return max(EXPIRE, 2.0 * self.opts.loop_window *
+                   self.opts.sample_interval)
+
+    def _write_record(self, domain) -> None:
+        """The guest's record (:meth:`Agent.write_record`). Libvirt lost
+        meanwhile does not undo what was done: the record is written
+        again at the next step (``unwritten``) and the loss raised once
+        the caller has finished (:meth:`_raise_lost`).
+        """
+        try:
+            self.agent.write_record(domain)
+        except hv_mod.HypervisorUnavailable as exc:
+            self.unwritten.add(domain.name)
+            if self._lost is None:
+                self._lost = exc
+            return
+        self.unwritten.discard(domain.name)
+
+    def _raise_lost(self) -> None:
+        lost, self._lost = self._lost, None
+        if lost is not None:
+            raise lost
+
     def _tell(self, check, text, event, payload) -> None:
         """A verdict that leaves the move in place (kept, or not
         judged): the guest's record, a log line and a notification.
@@ -1658,7 +1717,7 @@ class Optimizer:
         self.agent.record(check.guest, 'optimized', 'ok: ' + text)
         domain = self.agent.domains.get(check.guest)
         if domain is not None:
-            self.agent.write_record(domain)
+            self._write_record(domain)
         LOG.info('Move of %(guest)s to nodes %(nodes)s %(text)s',
                  {'guest': check.guest, 'nodes': _text(check.nodes),
                   'text': text})
@@ -1713,6 +1772,7 @@ class Optimizer:
         would strand the guest's vCPUs away from its pages: kept, and the
         guest backed off as after an undo.
         """
+        check.final = True
         self._count(check.guest, 'kept')
         self.unjudged_run.pop(check.guest, None)
         text = 'kept: ' + _judged(own, hood, check)
@@ -1754,11 +1814,12 @@ class Optimizer:
         done = domain is not None and agent.guarded(
             domain, 'Undoing a move', self._restore, domain, nodes, cpus,
             restored)
+        check.final = True
         wait = self._back_off(check.guest, now)
         if not done:
             self.counts['undo_failed'] += 1
             if domain is not None:
-                agent.write_record(domain)
+                self._write_record(domain)
             return False
         agent.restrictions[check.guest] = restored[0]
         if not nodes and check.memory_before and \
@@ -1782,7 +1843,7 @@ class Optimizer:
         agent.record(check.guest, 'undone',
                      'ok: back where it ran: %s; left alone %d s' % (
                          text, wait))
-        agent.write_record(domain)
+        self._write_record(domain)
         LOG.info('Undid the move of %(guest)s to nodes %(nodes)s: '
                  '%(text)s; left alone for %(wait)d s',
                  {'guest': check.guest, 'nodes': _text(check.nodes),
@@ -1803,6 +1864,9 @@ class Optimizer:
         else:
             agent.hv.restore(domain, None,
                              agent.nova_cpus.get(domain.name, ()))
+        # The vCPUs are back whatever happens next.
+        now = agent.restrictions.get(domain.name, ((), ()))
+        agent.restrictions[domain.name] = (tuple(now[0]), tuple(cpus))
         if nodes:
             agent.hv.set_nodeset(domain, nodes)
         else:

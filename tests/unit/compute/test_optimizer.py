@@ -2056,6 +2056,86 @@ class TestContained(OptimizerTestCase):
         self.assertEqual([], opt.verdicts(end))
         self.assertEqual(trust, opt.trust)
 
+    def test_a_record_lost_after_the_undo_does_not_undo_it_again(self):
+        agent, actions = TestPlan.with_neighbour(self, 0.0)
+        opt = agent.optimizer
+        self.assertTrue(opt.apply(actions[0], self.clock.now))
+        self.assertLess(opt.standing['b'], 1.0)
+        end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
+        # The undo is made; libvirt is lost as its record is written.
+        self.hv.raise_on[('record', 'a')] = \
+            hv_mod.HypervisorUnavailable('gone')
+        self.assertRaises(hv_mod.HypervisorUnavailable, opt.verdicts, end)
+        self.assertEqual({}, opt.checks)
+        self.assertEqual(1, opt.counts['undone'])
+        self.assertEqual(1, opt.backoff['a'][0])
+        self.assertAlmostEqual(1.0, opt.standing['b'])
+        # Learned once, with its predictions.
+        self.assertLess(opt.trust, 1.0)
+        self.assertEqual(1, len(opt.predictions['guest']))
+        self.assertEqual({'a'}, opt.unwritten)
+        # Libvirt back: nothing judged again, the record written at the
+        # next step.
+        del self.hv.raise_on[('record', 'a')]
+        self.assertEqual([], opt.verdicts(end + 1))
+        opt.step(end + 1)
+        self.assertEqual(set(), opt.unwritten)
+        self.assertEqual(1, self.hv.recorded['a'].undone)
+        self.assertEqual(1, self.hv.recorded['a'].backoff_undos)
+        self.assertEqual(1, opt.counts['undone'])
+
+    def test_a_record_lost_after_a_kept_move_keeps_the_lesson(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        # It gained, less than predicted: kept, and the trust learns.
+        end = self.progress(agent, 'a', 1.1 * IPS, opt.checks['a'].settle)
+        self.hv.raise_on[('record', 'a')] = \
+            hv_mod.HypervisorUnavailable('gone')
+        self.assertRaises(hv_mod.HypervisorUnavailable, opt.verdicts, end)
+        self.assertEqual({}, opt.checks)
+        self.assertEqual(1, opt.counts['kept'])
+        self.assertLess(opt.trust, 1.0)
+        self.assertEqual(1, len(opt.predictions['guest']))
+        self.assertEqual({'a'}, opt.unwritten)
+
+    def test_a_verdict_waits_for_a_window_longer_than_expire(self):
+        self.remote('a')
+        agent = self.start()
+        # 5 samples 40 s apart: 200 s, more than EXPIRE.
+        self.flags(group='numa_overhead_agent', loop_window=5,
+                   sample_interval=40)
+        opt = agent.optimizer
+        now = self.clock.now
+        opt.history['a'] = optimizer.Progress(5)
+        for i in range(5):
+            opt.history['a'].append(optimizer.Rates(
+                now - 200 + 40 * i, IPS, 2 * IPS, 0.04 * IPS, 0.02 * IPS))
+        self.assertTrue(opt.apply(self.to_node1(), now))
+        out = []
+        for k in range(1, 8):
+            opt.history['a'].append(optimizer.Rates(
+                now + 40 * k, 0.3 * IPS, 2 * IPS, 0.04 * IPS, 0.02 * IPS))
+            out += opt.verdicts(now + 40 * k)
+            if 'a' not in opt.checks:
+                break
+        self.assertEqual([('a', 'undone')], out)
+        self.assertEqual(0, opt.counts['expired'])
+
+    def test_a_move_failing_halfway_leaves_its_pins_on_record(self):
+        self.remote('a')
+        agent = self.start()
+        opt = agent.optimizer
+        self.hv.raise_on[('set_nodeset', 'a')] = hv_mod.HypervisorError('no')
+        self.assertFalse(opt.apply(self.to_node1(), self.clock.now))
+        del self.hv.raise_on[('set_nodeset', 'a')]
+        self.assertEqual(1, opt.counts['failed'])
+        # The vCPUs were pinned before the nodeset failed: the agent
+        # knows, and gives Nova's CPUs back before a migration.
+        self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
+        self.assertEqual(tuple(NODE1_CPUS), agent.restrictions['a'][1])
+        agent.leave_for_migration('a')
+        self.assertNotEqual(NODE1_CPUS, self.hv.pins.get('a'))
+
     def moved(self):
         self.remote('a')
         agent = self.start()
@@ -2096,6 +2176,31 @@ class TestContained(OptimizerTestCase):
 
 
 class TestBudget(OptimizerTestCase):
+
+    def test_a_move_of_no_page_fits_an_overdrawn_budget(self):
+        # 'a' gains by moving its vCPUs to its memory (no page moves); a
+        # pass whose first move overdrew the page budget may still make
+        # it.
+        self.remote()
+        agent = self.start()
+        opt = agent.optimizer
+        model = cost.Model(opt.host_model(), opt.loads())
+        domain = agent.domains['a']
+        found = []
+        for budget in (0.0, -1.0):
+            opt._left = optimizer.PREDICTIONS
+            found.append(opt._best_for(domain, model, model.host, {}, 120.0,
+                                       budget, None, {}, set(), set()))
+        self.assertIsNotNone(found[0])
+        self.assertEqual(0.0, found[0].moved_mb)
+        self.assertIsNotNone(found[1])
+        self.assertEqual(found[0].nodes, found[1].nodes)
+
+    def test_holds_of_unjudged_moves_stop_doubling(self):
+        opt = self.make_agent().optimizer
+        opt.unjudged_run['a'] = 2000
+        self.assertEqual(optimizer.BACKOFF_MAX, opt._hold_unjudged('a'))
+        self.assertEqual(optimizer.BACKOFF_UNDOS_MAX, opt.unjudged_run['a'])
 
     def test_a_pass_stops_at_its_budget_and_the_next_goes_on(self):
         for name in ('a', 'b', 'c'):
