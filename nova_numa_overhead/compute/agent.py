@@ -173,6 +173,10 @@ class Agent:
         # Guests leaving by live migration: left alone until they are gone
         # or resume here.
         self.migrating: set = set()
+        # name -> (source host, nodeset?, vCPUs?) of a guest that came by
+        # live migration with the source agent's restriction, not given
+        # back yet (tried again every cycle).
+        self.unrestored: dict = {}
         # The latest decisions (for logs, status and tests), bounded;
         # oldest first (plain dicts: no OrderedDict links per entry).
         self.decisions: dict = {}
@@ -358,10 +362,31 @@ class Agent:
         fresh = {d.name for d in started if d.name in fresh or (
             self._listed and d.name not in self.domains and
             d.name not in pending)}
+        placed, learned = set(), set()
+        try:
+            return self._cycle_listed(now, listed, current, started, fresh,
+                                      placed, learned)
+        except hv_mod.HypervisorUnavailable:
+            # Libvirt lost before every guest that started was placed:
+            # placed at the next cycle (their events were taken), a new
+            # QEMU not learned yet as one.
+            with self._events_lock:
+                left = {d.name for d in started} - placed
+                self.pending |= left
+                self.fresh |= (fresh & left) - learned
+            raise
+
+    def _cycle_listed(self, now, listed, current, started, fresh, placed,
+                      learned):
+        """The rest of the sample, with the guests listed and those that
+        started; ``placed`` and ``learned`` get the names of those it has
+        placed and learned (Nova's intent read).
+        """
         stopped = [name for name in self.domains if name not in current]
         for domain in started:
             if domain.name not in self.domains:
                 self._learn(domain)
+                learned.add(domain.name)
             else:
                 # Started again or resumed: another run to measure.
                 self.optimizer.restarted(domain.name, now)
@@ -371,6 +396,7 @@ class Agent:
                     # record went with the old one; Nova's XML is read
                     # again.
                     self._learn(domain)
+                    learned.add(domain.name)
             if not domain.pinned and not domain.metadata_error:
                 self.guarded(domain, 'Enabling perf events',
                              self.hv.enable_counters, domain)
@@ -395,9 +421,17 @@ class Agent:
         levels = self.levels.to_dict()
         changed = levels != self.last_levels
         self.last_levels = levels
+        for name, (source, nodes, cpus) in list(self.unrestored.items()):
+            # Arrived by live migration, the source's restriction still in
+            # force: Nova's placement again (placed after, if it started).
+            domain = current.get(name)
+            if domain is not None:
+                self._restore(domain, nodes, cpus, 'arrived by live '
+                              'migration from %s' % source)
         for domain in started:
             if domain.name in current:
                 self.place(domain, fresh=domain.name in fresh)
+            placed.add(domain.name)
         self.protect()
         self._optimize(now)
         if started or stopped or changed:
@@ -502,6 +536,7 @@ class Agent:
 
     def _forget(self, names) -> None:
         for name in names:
+            self.unrestored.pop(name, None)
             self.nova_allowed.pop(name, None)
             self.nova_cpus.pop(name, None)
             self.restrictions.pop(name, None)
@@ -554,10 +589,14 @@ class Agent:
                 recorded.nodes or recorded.cpus):
             # It came by live migration with the source agent's
             # restriction in its XML (a restrictive numatune, vCPU pins):
-            # Nova's placement first, then this host's plan.
-            self._restore(domain, recorded.nodes, recorded.cpus,
-                          'arrived by live migration from %s'
-                          % recorded.host)
+            # Nova's placement first, then this host's plan; tried again
+            # every cycle until it is given back.
+            if not self._restore(domain, recorded.nodes, recorded.cpus,
+                                 'arrived by live migration from %s'
+                                 % recorded.host):
+                self.unrestored[name] = (recorded.host,
+                                         bool(recorded.nodes),
+                                         bool(recorded.cpus))
         elif recorded is None or recorded.host != self.host:
             self.write_record(domain)
 
@@ -573,11 +612,23 @@ class Agent:
         if not done:
             return False
         self.restrictions[name] = ((), ())
+        self.unrestored.pop(name, None)
+        if nodes:
+            self._relist(name, nova_nodes)
         self.record(name, 'restored', "ok: Nova's placement (nodes %s, "
                     'CPUs %s): %s' % (_set_text(nova_nodes),
                                       _set_text(nova_cpus), why))
         self.write_record(domain)
         return True
+
+    def _relist(self, name, nodes) -> None:
+        """The nodeset the agent just gave ``name`` back, in its listing
+        until the next sample (:meth:`_widen` reads it).
+        """
+        listed = self.domains.get(name)
+        if listed is not None:
+            self.domains[name] = dataclasses.replace(
+                listed, allowed_nodes=tuple(nodes))
 
     def _restore_now(self, domain, nodes, cpus) -> bool:
         self.hv.restore(domain, nodes, cpus)
@@ -865,6 +916,7 @@ class Agent:
                                 None):
                 continue
             self.restrictions[name] = ((), cpus)
+            self._relist(name, nova_nodes)
             self.record(name, 'widened',
                         "ok: Nova's nodes (%s): nodes %s have room for "
                         '%d MiB of its %d MiB besides what other guests '
@@ -940,6 +992,18 @@ class Agent:
             LOG.debug('Migration of %s: hypervisor unavailable (%s)', name,
                       error)
 
+    def _partly_placed(self, name) -> None:
+        """A placement that failed half-way: what it set on the guest
+        (its nodeset, maybe its vCPUs) is the agent's restriction, given
+        back as any other (before a migration, when it steps back, when
+        memory runs short).
+        """
+        applied = getattr(self.placer, 'applied', None)
+        if not applied:
+            return
+        _nodes, cpus = self.restrictions.get(name, ((), ()))
+        self.restrictions[name] = (applied[0], applied[1] or cpus)
+
     def as_nova_placed(self, domain: hv_mod.DomainInfo):
         """The domain with the nodes Nova allows it, not the agent's."""
         allowed = self.nova_allowed.get(domain.name)
@@ -984,6 +1048,7 @@ class Agent:
         except hv_mod.DomainGone:
             return None
         except hv_mod.HypervisorUnavailable:
+            self._partly_placed(domain.name)
             raise
         except Exception as exc:
             error = exc
@@ -991,6 +1056,7 @@ class Agent:
             # Logged outside the except clause (see cycle()).
             reason = self.guest_error(domain.name, 'Placement', error)
             decision = placer_mod.Decision(domain.name, 'failed', reason)
+            self._partly_placed(domain.name)
         _keep_latest(self.decisions, domain.name, decision)
         self.count_failures(decision.failed)
         if decision.action != 'failed':
@@ -1187,7 +1253,10 @@ class Agent:
         """Add ``node`` to a nodeset the agent narrowed, so pages can go
         there; never beyond what Nova allows.
         """
-        current = tuple(domain.allowed_nodes)
+        # The agent's own restriction is newer than the listing (a
+        # placement or a move since the last sample).
+        restricted, _cpus = self.restrictions.get(domain.name, ((), ()))
+        current = tuple(restricted or domain.allowed_nodes)
         nova = self.nova_allowed.get(domain.name, ())
         if not current or node in current or (nova and node not in nova):
             return domain

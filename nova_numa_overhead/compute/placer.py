@@ -275,6 +275,9 @@ class Placer:
         :param fresh: whether the guest has just started (a new QEMU),
             not found running by an agent just started nor resumed.
         """
+        # (nodes, CPUs) set on the guest so far, None: nothing (read by
+        # the agent when the placement fails half-way).
+        self.applied = None
         policy, why = guest_policy(domain, self.managed,
                                    self.default_policy,
                                    self.default_max_nodes)
@@ -356,11 +359,13 @@ class Placer:
             decision.reason = '%s: left where it is' % verdict
             return decision
         self.hv.set_nodeset(domain, nodes)
+        self.applied = (tuple(nodes), ())
         decision.action = 'restricted'
         if moves_vcpus:
             cpus = self.colocate_cpus().get(plan.local)
             if cpus:
                 self.hv.pin_vcpus(domain, cpus)
+                self.applied = (tuple(nodes), tuple(cpus))
                 decision.cpus = tuple(cpus)
                 decision.reason += ', vCPUs to node %d' % plan.local
         if self.enforcement == PAGES:

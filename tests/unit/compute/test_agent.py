@@ -22,6 +22,7 @@ from nova_numa_overhead.compute import agent as agent_mod
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.compute import kernel as kernel_mod
 from nova_numa_overhead.compute import placer as placer_mod
+from nova_numa_overhead.compute import rebalancer
 from nova_numa_overhead.overhead import planner
 from nova_numa_overhead import report as report_mod
 from tests import base
@@ -334,6 +335,105 @@ class TestLocks(AgentTestCase):
         agent.cycle()
         self.assertFalse(agent.dirty)
         self.assertEqual(1, len(self.publisher.reports))
+
+
+class TestHalfDone(AgentTestCase):
+    """What the agent set on a guest before libvirt failed it half-way
+    is known and given back; guests whose placement libvirt interrupted
+    are placed later.
+    """
+
+    def fail_after_nodeset(self, exc):
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('bad', {0: 4 * GIB}, vcpu_node=1)
+        self.hv.raise_on[('move_pages', 'bad')] = exc
+        self.clock.now += 1
+        agent.cycle()
+        self.hv.raise_on.clear()
+        self.clock.now += 1
+        agent.cycle()
+        return agent
+
+    def test_a_placement_failing_after_its_nodeset_keeps_it_known(self):
+        agent = self.fail_after_nodeset(PermissionError(13, 'denied'))
+        self.assertEqual('failed', agent.decisions['bad'].action)
+        self.assertEqual((1,), self.hv.nodesets['bad'])
+        self.assertEqual((1,), agent.restrictions['bad'][0])
+        self.assertEqual((1,), self.hv.recorded['bad'].nodes)
+        # Given back before a live migration.
+        agent.on_lifecycle('migrating', 'bad')
+        agent.handle_events()
+        self.assertEqual([('bad', (), None)], self.hv.restored)
+
+    def test_libvirt_lost_after_a_nodeset_then_numad(self):
+        agent = self.fail_after_nodeset(hv_mod.HypervisorUnavailable('gone'))
+        self.assertEqual((1,), agent.restrictions['bad'][0])
+        self.hv.kernel = kernel_mod.KernelState(numad=(9,))
+        self.clock.now += 100
+        agent.cycle()
+        self.assertIsNotNone(agent.stepped_back)
+        self.assertEqual([('bad', (), None)], self.hv.restored)
+
+    def test_guests_libvirt_lost_before_their_placement_are_placed(self):
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=1)
+        self.hv.add('b', {0: 4 * GIB}, vcpu_node=1)
+        self.hv.raise_on[('set_nodeset', 'a')] = \
+            hv_mod.HypervisorUnavailable('libvirtd restarting')
+        self.clock.now += 1
+        self.assertFalse(agent.cycle())
+        self.hv.raise_on.clear()
+        self.clock.now += 1
+        self.assertTrue(agent.cycle())
+        self.assertEqual((1,), self.hv.nodesets['a'])
+        self.assertEqual((1,), self.hv.nodesets['b'])
+        self.assertIn('a', agent.decisions)
+        self.assertIn('b', agent.decisions)
+
+    def test_a_hard_reboot_libvirt_lost_before_placing_is_placed(self):
+        agent = self.make_agent()
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=1)
+        agent.cycle()
+        self.clock.now += 1
+        agent.cycle()
+        # A new QEMU: Nova's XML, no record of the agent's.
+        self.hv.nodesets.pop('a', None)
+        self.hv.recorded.pop('a', None)
+        agent.decisions.clear()
+        agent.on_lifecycle('started', 'a')
+        with agent._events_lock:
+            events, agent._events = agent._events, type(agent._events)()
+            agent.pending.update(events)
+            agent.fresh.update(events)
+        self.hv.raise_on[('vcpu_cpus', 'a')] = \
+            hv_mod.HypervisorUnavailable('gone')
+        self.assertFalse(agent.cycle())
+        self.hv.raise_on.clear()
+        self.clock.now += 1
+        agent.cycle()
+        self.assertIn('a', agent.decisions)
+        self.assertEqual((1,), self.hv.nodesets['a'])
+
+    def test_a_rebalance_after_a_widening_does_not_narrow_again(self):
+        self.hv = fakes.FakeHypervisor(nodes=4, memory_mb=16 * GIB)
+        self.hv.add('g', {0: GIB}, vcpu_node=0, memory_mb=8 * GIB)
+        agent = self.make_agent()
+        agent.cycle()
+        self.clock.now += 1
+        agent.cycle()
+        self.assertEqual((0,), agent.domains['g'].allowed_nodes)
+        self.hv.add('late', {0: GIB}, vcpu_node=0, memory_mb=13 * GIB,
+                    extra_specs={'numa_overhead:policy': 'none'})
+        self.clock.now += 1
+        agent.cycle()
+        # Widened (no room left on node 0), then a rebalance move before
+        # the next sample: the nodeset stays Nova's.
+        self.assertEqual(((), ()), agent.restrictions['g'])
+        with agent._lock:
+            agent._apply(rebalancer.Move('g', 0, 2, 64, 'test'))
+        self.assertEqual((0, 1, 2, 3), self.hv.nodesets['g'])
 
 
 class TestPlacement(AgentTestCase):
@@ -1247,6 +1347,30 @@ class TestNovasIntent(AgentTestCase):
         agent.cycle()
         self.assertEqual((2, 3), agent.nova_allowed['m'])
         self.assertEqual((16, 17), agent.nova_cpus['m'])
+
+
+class TestArrivalRestore(AgentTestCase):
+
+    def test_a_restore_on_arrival_that_fails_is_tried_again(self):
+        agent = self.make_agent()
+        agent.cycle()
+        source = hv_mod.Recorded(host='cmp-src', nova_nodes=(), nova_cpus=(),
+                                 nodes=(1,), cpus=(8, 9), action='moved',
+                                 outcome='ok', at='2026-01-01T00:00:00Z')
+        self.hv.add('m', {1: 4 * GIB}, vcpu_node=1, recorded=source)
+        self.hv.nodesets['m'] = (1,)
+        self.hv.pins['m'] = (8, 9)
+        self.hv.raise_on[('restore', 'm')] = hv_mod.HypervisorError(
+            'pinVcpu: device or resource busy')
+        self.clock.now += 1
+        agent.cycle()
+        self.assertIn('m', agent.unrestored)
+        self.hv.raise_on.clear()
+        self.clock.now += 1
+        agent.cycle()
+        self.assertNotIn('m', agent.unrestored)
+        self.assertIn(('m', (), ()), self.hv.restored)
+        self.assertNotEqual((8, 9), self.hv.pins.get('m'))
 
 
 class TestRebalancing(AgentTestCase):
