@@ -72,7 +72,6 @@ from nova_numa_overhead import report as report_mod
 
 LOG = logging.getLogger(__name__)
 VERSION = '0.1.0'
-PAGES_PER_MB = 256
 MAX_DECISIONS = 64
 BACKOFF = (1, 2, 4, 8, 16, 30)
 KERNEL_CHECK = 60.0      # seconds between reads of the kernel's NUMA state
@@ -1130,7 +1129,7 @@ class Agent:
         (shared by the placer, the rebalancer and the optimizer; all of it
         when the rate is unlimited) and return them as pages.
         """
-        return int(self.rate.take(mb) * PAGES_PER_MB)
+        return int(self.rate.take(mb) / placer_mod.page_mb())
 
     def count_failures(self, failed: dict) -> None:
         """Add the pages a move could not move, per errno name, to

@@ -179,26 +179,42 @@ def set_cgroup_mems(cgroup_text: str, nodes, root: str = ROOT) -> list:
         raise CgroupError('cgroup %s is not below %s' % (directory, root))
     written = []
     value = format_mems(nodes)
-    for cgroup in thread_cgroups(directory):
-        if version == 1:
-            _enable_v1_migration(cgroup)
-        path = os.path.join(cgroup, 'cpuset.mems')
+    try:
+        for cgroup in thread_cgroups(directory):
+            if version == 1:
+                _enable_v1_migration(cgroup)
+            path = os.path.join(cgroup, 'cpuset.mems')
+            before = _read(path).strip()
+            try:
+                with open(path, 'w') as f:
+                    f.write(value)
+            except OSError as e:
+                raise CgroupError(e.errno, 'cannot write %s to %s: %s'
+                                  % (value, path, e.strerror))
+            written.append((cgroup, before))
+            effective = os.path.join(cgroup, 'cpuset.mems.effective')
+            if os.path.exists(effective):
+                got = parse_mems(_read(effective))
+                if got != nodes:
+                    raise CgroupError('%s allows nodes %s, not %s: a '
+                                      'parent cgroup restricts them'
+                                      % (cgroup, format_mems(got) or '-',
+                                         value))
+    except (CgroupError, OSError):
+        # Not half-restricted (the emulator's thread confined, the vCPUs
+        # not): what was written is put back, best effort.
+        _put_back(written)
+        raise
+    return [cgroup for cgroup, _before in written]
+
+
+def _put_back(written) -> None:
+    for cgroup, before in reversed(written):
         try:
-            with open(path, 'w') as f:
-                f.write(value)
-        except OSError as e:
-            raise CgroupError(e.errno, 'cannot write %s to %s: %s'
-                              % (value, path, e.strerror))
-        written.append(cgroup)
-        effective = os.path.join(cgroup, 'cpuset.mems.effective')
-        if os.path.exists(effective):
-            got = parse_mems(_read(effective))
-            if got != nodes:
-                raise CgroupError('%s allows nodes %s, not %s: a parent '
-                                  'cgroup restricts them'
-                                  % (cgroup, format_mems(got) or '-',
-                                     value))
-    return written
+            with open(os.path.join(cgroup, 'cpuset.mems'), 'w') as f:
+                f.write(before)
+        except OSError:
+            pass
 
 
 def _enable_v1_migration(cgroup: str) -> None:

@@ -150,21 +150,34 @@ class PageMover:
         requested = moved = 0
         failed = {}
         budget = max_pages
-        for src, dst, mb in moves:
-            want = int(mb * MIB // PAGE_SIZE)
-            if budget is not None:
-                want = min(want, budget - requested)
-            if want <= 0:
-                break
-            addresses = self.pick(domain, ranges, src, want)
-            if not addresses:
-                continue
-            result = self.move_pages(*domain, addresses, dst,
-                                     self.batch_pages)
-            requested += result['requested']
-            moved += result['moved']
-            for name, count in result['failed'].items():
-                failed[name] = failed.get(name, 0) + count
-        self.restart_tracking(domain, ranges)
+        error = None
+        try:
+            for src, dst, mb in moves:
+                want = int(mb * MIB // PAGE_SIZE)
+                if budget is not None:
+                    want = min(want, budget - requested)
+                if want <= 0:
+                    break
+                addresses = self.pick(domain, ranges, src, want)
+                if not addresses:
+                    continue
+                result = self.move_pages(*domain, addresses, dst,
+                                         self.batch_pages)
+                requested += result['requested']
+                moved += result['moved']
+                for name, count in result['failed'].items():
+                    failed[name] = failed.get(name, 0) + count
+            self.restart_tracking(domain, ranges)
+        except Exception as exc:
+            if not requested:
+                raise
+            error = exc
+        if error is not None:
+            # Pages moved before it failed: counted (the budget they took,
+            # the progress they made), not lost with the error.
+            LOG.warning('Page moves of %(guest)s stopped after %(moved)d '
+                        'of %(requested)d pages: %(error)s',
+                        {'guest': domain[0], 'moved': moved,
+                         'requested': requested, 'error': error})
         return hv_mod.MoveResult(requested=requested, moved=moved,
                                  failed=failed)

@@ -52,6 +52,7 @@ memory together when that pays.
 """
 
 import dataclasses
+import os
 
 from oslo_log import log as logging
 
@@ -71,6 +72,7 @@ COLOCATE_MARGIN = 1
 # touched or this many MiB, whichever is larger.
 OUTSIDE = 0.05
 OUTSIDE_MB = 128
+PAGE_SIZE = os.sysconf('SC_PAGE_SIZE')
 OFF = 'off'
 ADVISORY = 'advisory'
 NODESET = 'nodeset'
@@ -424,7 +426,10 @@ class Placer:
 
 
 def page_mb() -> float:
-    return 4096 / (1024.0 * 1024.0)
+    """MiB of a base page of this host (64 KiB ones on some arm64 and
+    ppc64le kernels): what a page count from ``move_pages`` is in.
+    """
+    return PAGE_SIZE / (1024.0 * 1024.0)
 
 
 def _vcpu_nodes(cpu: dict) -> set:

@@ -276,11 +276,15 @@ def _hold(name: str, pid: int) -> Qemu:
     try:
         dirfd = os.open(os.path.join(PROC, str(pid)),
                         os.O_RDONLY | os.O_DIRECTORY)
-    except FileNotFoundError:
+    except BaseException as exc:
+        # Not held: the pidfd is closed whatever failed (EPERM, EMFILE:
+        # the helper lives long, tried again every cycle).
         if pidfd is not None:
             os.close(pidfd)
-        raise hypervisor.DomainGone('domain %s: pid %d has exited'
-                                    % (name, pid))
+        if isinstance(exc, FileNotFoundError):
+            raise hypervisor.DomainGone('domain %s: pid %d has exited'
+                                        % (name, pid))
+        raise
     return Qemu(name, pid, dirfd, pidfd)
 
 

@@ -41,6 +41,7 @@ it. An entry is replaced whole, never changed, except for its caches.
 import atexit
 import math
 import os
+import sys
 import threading
 import time
 
@@ -640,7 +641,9 @@ def get_store(conf) -> ReportStore:
     request. The first call in a process starts the :class:`Listener`
     thread and returns at once: it never touches the broker. A forked
     scheduler worker starts a store and listener of its own right after
-    the fork. Until reports arrive, the filter
+    the fork (on eventlet, at its first request: the hub a green thread
+    would wait on is replaced after the fork). Until reports arrive, the
+    filter
     and weigher treat every host as unknown.
     """
     global _STORE, _STORE_PID, _LISTENER
@@ -693,7 +696,23 @@ def _after_fork_in_child() -> None:
     conf = _STORE.conf
     _STORE_LOCK = threading.Lock()
     _STORE = _STORE_PID = _LISTENER = None
+    if _green():
+        # A green thread started now would wait on the eventlet hub that
+        # oslo.service replaces in the child right after the fork, never
+        # to run again: the worker's first request starts it instead.
+        return
     start(conf)
+
+
+def _green() -> bool:
+    """Whether the process runs on eventlet (a monkey-patched Nova)."""
+    if 'eventlet' not in sys.modules:
+        return False
+    try:
+        from eventlet import patcher
+        return bool(patcher.is_monkey_patched('thread'))
+    except Exception:
+        return False
 
 
 def _stop_at_exit() -> None:

@@ -36,10 +36,13 @@ migration rate), a page move joins the migration queue.
 import random
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
+from nova_numa_overhead.compute import placer as placer_mod
 from nova_numa_overhead.sim import host as host_mod
 from nova_numa_overhead.sim import model
 
-PAGES_PER_MB = 256
+# The simulated host's base pages are this host's, as the agent counts
+# them (256 a MiB on 4 KiB pages).
+PAGES_PER_MB = round(1 / placer_mod.page_mb())
 
 # What the host's PMU and libvirt give a per-domain perf group.
 PERF = 'perf'                   # cycles, instructions, LLC refs/misses

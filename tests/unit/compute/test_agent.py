@@ -1435,6 +1435,19 @@ class TestRateLimit(base.TestCase):
         self.assertEqual(7, agent_mod.RateLimit(0, clock).take(7))
 
 
+class TestPageSize(AgentTestCase):
+
+    def test_the_page_budget_is_in_the_hosts_pages(self):
+        agent = self.make_agent()
+        self.assertEqual(10 * 256, agent.pages_allowed(10))
+        # 64 KiB pages (arm64, ppc64le): 16 a MiB, and what they move
+        # counts as much.
+        self.useFixture(fixtures.MockPatchObject(placer_mod, 'PAGE_SIZE',
+                                                 65536))
+        self.assertEqual(10 * 16, agent.pages_allowed(10))
+        self.assertEqual(1 / 16.0, placer_mod.page_mb())
+
+
 class TestHypervisorErrors(base.TestCase):
 
     def test_domain_gone_is_a_hypervisor_error(self):

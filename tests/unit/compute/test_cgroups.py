@@ -109,6 +109,18 @@ class TestSetMemoryNodes(CgroupFsTestCase):
                                   proc=self.proc, root=self.root)
         self.assertIn('allows nodes 1, not 1,2: a parent cgroup', str(error))
 
+    def test_a_refused_change_puts_back_what_it_wrote(self):
+        # The emulator's cgroup written first, then refused (a parent
+        # allows node 0 only): no thread is left confined alone.
+        self.process(42, '0::/%s/emulator\n' % SCOPE)
+        for sub in ('emulator', 'vcpu0', 'vcpu1'):
+            self.cgroup('%s/%s' % (SCOPE, sub), mems='0-3', effective='0')
+        self.assertRaises(cgroups.CgroupError, cgroups.set_memory_nodes,
+                          42, [0, 1], proc=self.proc, root=self.root)
+        self.assertEqual(['0-3', '0-3', '0-3'],
+                         [self.read('%s/%s' % (SCOPE, sub))
+                          for sub in ('emulator', 'vcpu0', 'vcpu1')])
+
     def test_v1_turns_memory_migration_on(self):
         self.process(42, '4:cpuset:/%s/emulator\n' % SCOPE)
         directory = self.cgroup('cpuset/%s/emulator' % SCOPE)

@@ -185,3 +185,52 @@ class TestHelperFailures(testtools.TestCase):
             'Cold-page tracking is not available (clear_refs: Permission '
             'denied (EACCES)): pages move in address order'))
         self.assertIsNone(self.mover.cold_pages)
+
+
+class TestPartialMoves(testtools.TestCase):
+    """Pages moved before a failure are counted, not lost with it."""
+
+    START = 0x7f0000000000
+
+    def texts(self, size):
+        n = size // pages.PAGE_SIZE
+        return {'numa_maps': '%x default anon=%d dirty=%d N0=%d '
+                             'kernelpagesize_kB=%d\n'
+                             % (self.START, n, n, n, pages.PAGE_SIZE // 1024),
+                'maps': '%x-%x rw-p 00000000 00:00 0\n'
+                        % (self.START, self.START + size)}
+
+    def test_the_pages_moved_before_the_helper_died_are_counted(self):
+        logger = self.useFixture(fixtures.FakeLogger(level='WARNING'))
+        moved = []
+
+        def move_pages(name, uuid, addresses, node, batch):
+            moved.extend(addresses)
+            return {'requested': len(addresses), 'moved': len(addresses),
+                    'failed': {}}
+
+        def track_pages(name, uuid, addresses):
+            # What the oslo.privsep client raises when its daemon dies.
+            raise OSError('Premature eof waiting for privileged process')
+
+        mover = pages.PageMover(
+            read_maps=lambda n, u: self.texts(256 << 20),
+            page_nodes=lambda n, u, a: [0] * len(a),
+            move_pages=move_pages, cold_pages=lambda n, u, a: None,
+            track_pages=track_pages)
+        result = mover(('guest', 'uuid'), [(0, 1, 100)], None)
+        self.assertEqual(100 * pages.MIB // pages.PAGE_SIZE, len(moved))
+        self.assertEqual(len(moved), result.moved)
+        self.assertIn('Page moves of guest stopped after', logger.output)
+
+    def test_a_failure_before_any_page_moved_is_raised(self):
+        def move_pages(name, uuid, addresses, node, batch):
+            raise OSError(errno.EPERM, 'not permitted')
+
+        mover = pages.PageMover(
+            read_maps=lambda n, u: self.texts(256 << 20),
+            page_nodes=lambda n, u, a: [0] * len(a),
+            move_pages=move_pages, cold_pages=lambda n, u, a: None,
+            track_pages=lambda n, u, a: None)
+        self.assertRaises(hv_mod.HypervisorError, mover, ('guest', 'uuid'),
+                          [(0, 1, 4)], None)

@@ -204,6 +204,23 @@ class TestResolve(testtools.TestCase):
         self.assertIn(fragment, str(error))
         return error
 
+    def test_a_process_not_held_leaves_no_pidfd_open(self):
+        opened = []
+        pidfd_open = os.pidfd_open
+
+        def pidfd(pid, *args):
+            opened.append(pidfd_open(os.getpid()))
+            return opened[-1]
+
+        def refused(path, flags, *args, **kwargs):
+            raise PermissionError(errno.EPERM, 'Operation not permitted',
+                                  path)
+        self.useFixture(fixtures.MonkeyPatch('os.pidfd_open', pidfd))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_numa_overhead.compute.privsep.os.open', refused))
+        self.assertRaises(PermissionError, privsep._hold, 'g', 12345)
+        self.assertRaises(OSError, os.fstat, opened[0])
+
     def test_a_domains_qemu_is_found_and_held(self):
         for systemd in (True, False):
             qemu = self.host.start(systemd=systemd)

@@ -181,7 +181,36 @@ class TestPerProcess(base.TestCase):
         self.assertIs(self.conf, child.conf)
         self.assertEqual(2, len(self.started))
 
+    def test_a_green_forked_worker_starts_its_own_at_its_first_request(
+            self):
+        parent = store_mod.get_store(self.conf)
+        self.useFixture(fixtures.MockPatchObject(
+            store_mod, '_green', return_value=True))
+        store_mod._after_fork_in_child()
+        self.assertEqual(1, len(self.started))
+        self.assertIsNone(store_mod.listener())
+        child = store_mod.get_store(self.conf)
+        self.assertIsNot(parent, child)
+        self.assertEqual(2, len(self.started))
+
     def test_fork_without_a_store_starts_nothing(self):
         store_mod._after_fork_in_child()
         self.assertEqual([], self.started)
         self.assertIsNone(store_mod.listener())
+
+
+class TestEndpoints(base.TestCase):
+
+    def test_a_report_cast_with_arguments_missing_or_added(self):
+        store = store_mod.ReportStore(self.conf)
+        endpoint = rpc.SchedulerEndpoint(store)
+        # Rejected by the store in its one throttled line, not raised.
+        endpoint.report({})
+        endpoint.report({}, report={}, extra=1)
+        self.assertEqual(0, len(store))
+
+    def test_a_sync_request_with_an_argument_added(self):
+        calls = []
+        endpoint = rpc.AgentEndpoint(lambda: calls.append(1))
+        endpoint.sync({}, requester='sched-1', deadline=5)
+        self.assertEqual([1], calls)
