@@ -1078,9 +1078,13 @@ class Optimizer:
                 # needed.
                 variants.append((now_mem, 0.0, False))
             for memory, moved, with_memory in variants:
-                # A move of no page fits any page budget (the first move
-                # of a pass may have overdrawn it).
-                if moved > max(budget, 0.0) or self._left <= 0:
+                # A pass whose first move overdrew its page budget makes
+                # no other, a move of vCPUs alone (no page) included:
+                # letting those through was measured (session 31) at the
+                # same bar on the tuning seeds, more guests below 0.90x
+                # (213 instead of 191) and a lower mean (1.3616x instead
+                # of 1.3634x).
+                if moved > budget or self._left <= 0:
                     continue
                 self._left -= 1
                 changes = dict(base_changes)
