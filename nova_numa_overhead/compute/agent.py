@@ -610,7 +610,10 @@ class Agent:
                             nova_cpus if cpus else None)
         if not done:
             return False
-        self.restrictions[name] = ((), ())
+        # What was given back is Nova's again; the rest stays the agent's.
+        now_nodes, now_cpus = self.restrictions.get(name, ((), ()))
+        self.restrictions[name] = (() if nodes else now_nodes,
+                                   () if cpus else now_cpus)
         self.unrestored.pop(name, None)
         if nodes:
             self._relist(name, nova_nodes)
@@ -1065,6 +1068,15 @@ class Agent:
             _nodes, cpus = self.restrictions.get(domain.name, ((), ()))
             self.restrictions[domain.name] = (
                 tuple(sorted(decision.plan)), tuple(decision.cpus) or cpus)
+            left = self.unrestored.get(domain.name)
+            if left is not None:
+                # The placement replaced the source host's nodeset (and
+                # its pins, if it pinned): only the rest is given back.
+                left = (left[0], False, left[2] and not decision.cpus)
+                if left[1] or left[2]:
+                    self.unrestored[domain.name] = left
+                else:
+                    del self.unrestored[domain.name]
         if decision.action != 'skipped':
             self.write_record(domain)
         if decision.action != 'skipped' or LOG.isEnabledFor(10):

@@ -1369,8 +1369,18 @@ class TestArrivalRestore(AgentTestCase):
         self.clock.now += 1
         agent.cycle()
         self.assertNotIn('m', agent.unrestored)
-        self.assertIn(('m', (), ()), self.hv.restored)
         self.assertNotEqual((8, 9), self.hv.pins.get('m'))
+        # Placed meanwhile (its nodeset the agent's): only the source's
+        # pins were given back, the placement's nodeset kept.
+        placed = agent.decisions['m']
+        if placed.action in ('restricted', 'moved'):
+            self.assertIn(('m', None, ()), self.hv.restored)
+            self.assertEqual(tuple(sorted(placed.plan)),
+                             agent.restrictions['m'][0])
+            self.assertEqual(tuple(sorted(placed.plan)),
+                             self.hv.nodesets['m'])
+        else:
+            self.assertIn(('m', (), ()), self.hv.restored)
 
 
 class TestRebalancing(AgentTestCase):
