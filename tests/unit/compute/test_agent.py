@@ -1301,9 +1301,10 @@ class TestNovasIntent(AgentTestCase):
         self.assertEqual([(name, (), ())], self.hv.restored)
         self.assertEqual(tuple(range(32)), self.hv.pins[name])
 
-    def arrive_restricted(self):
+    def arrive_restricted(self, restore_error=None):
         """An agent, and 'm' arriving by live migration with the source
-        agent's vCPU pins and numatune in its XML.
+        agent's vCPU pins and numatune in its XML (``restore_error``: what
+        giving Nova's placement back raises).
         """
         agent = self.make_agent()
         agent.cycle()
@@ -1312,6 +1313,9 @@ class TestNovasIntent(AgentTestCase):
                                  outcome='ok', at='2026-01-01T00:00:00Z')
         self.hv.add('m', {1: 4 * GIB}, vcpu_node=1, recorded=source)
         self.hv.nodesets['m'] = (1,)
+        self.hv.pins['m'] = (8, 9)
+        if restore_error is not None:
+            self.hv.raise_on[('restore', 'm')] = restore_error
         self.clock.now += 1
         agent.on_lifecycle('started', 'm')
         agent.handle_events()
@@ -1348,22 +1352,9 @@ class TestNovasIntent(AgentTestCase):
         self.assertEqual((2, 3), agent.nova_allowed['m'])
         self.assertEqual((16, 17), agent.nova_cpus['m'])
 
-
-class TestArrivalRestore(AgentTestCase):
-
     def test_a_restore_on_arrival_that_fails_is_tried_again(self):
-        agent = self.make_agent()
-        agent.cycle()
-        source = hv_mod.Recorded(host='cmp-src', nova_nodes=(), nova_cpus=(),
-                                 nodes=(1,), cpus=(8, 9), action='moved',
-                                 outcome='ok', at='2026-01-01T00:00:00Z')
-        self.hv.add('m', {1: 4 * GIB}, vcpu_node=1, recorded=source)
-        self.hv.nodesets['m'] = (1,)
-        self.hv.pins['m'] = (8, 9)
-        self.hv.raise_on[('restore', 'm')] = hv_mod.HypervisorError(
-            'pinVcpu: device or resource busy')
-        self.clock.now += 1
-        agent.cycle()
+        agent = self.arrive_restricted(hv_mod.HypervisorError(
+            'pinVcpu: device or resource busy'))
         self.assertIn('m', agent.unrestored)
         self.hv.raise_on.clear()
         self.clock.now += 1

@@ -2040,15 +2040,12 @@ class TestContained(OptimizerTestCase):
         agent, now = self.moved()
         opt = agent.optimizer
         end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
-        self.hv.raise_on[('pin_vcpus', 'a')] = \
-            hv_mod.HypervisorUnavailable('gone')
-        self.assertRaises(hv_mod.HypervisorUnavailable, opt.verdicts, end)
+        self.verdicts_losing_libvirt(opt, 'pin_vcpus', end)
         self.assertIn('a', opt.checks)
         # Judged again once libvirt is back: its predictions kept, the
         # trust learned, once.
         self.assertEqual([], list(opt.predictions['guest']))
         self.assertEqual(1.0, opt.trust)
-        del self.hv.raise_on[('pin_vcpus', 'a')]
         self.assertEqual([('a', 'undone')], opt.verdicts(end))
         self.assertEqual(1, len(opt.predictions['guest']))
         trust = opt.trust
@@ -2063,20 +2060,12 @@ class TestContained(OptimizerTestCase):
         self.assertLess(opt.standing['b'], 1.0)
         end = self.progress(agent, 'a', 0.5 * IPS, opt.checks['a'].settle)
         # The undo is made; libvirt is lost as its record is written.
-        self.hv.raise_on[('record', 'a')] = \
-            hv_mod.HypervisorUnavailable('gone')
-        self.assertRaises(hv_mod.HypervisorUnavailable, opt.verdicts, end)
-        self.assertEqual({}, opt.checks)
+        self.record_lost(opt, end)
         self.assertEqual(1, opt.counts['undone'])
         self.assertEqual(1, opt.backoff['a'][0])
         self.assertAlmostEqual(1.0, opt.standing['b'])
-        # Learned once, with its predictions.
-        self.assertLess(opt.trust, 1.0)
-        self.assertEqual(1, len(opt.predictions['guest']))
-        self.assertEqual({'a'}, opt.unwritten)
         # Libvirt back: nothing judged again, the record written at the
         # next step.
-        del self.hv.raise_on[('record', 'a')]
         self.assertEqual([], opt.verdicts(end + 1))
         opt.step(end + 1)
         self.assertEqual(set(), opt.unwritten)
@@ -2089,11 +2078,24 @@ class TestContained(OptimizerTestCase):
         opt = agent.optimizer
         # It gained, less than predicted: kept, and the trust learns.
         end = self.progress(agent, 'a', 1.1 * IPS, opt.checks['a'].settle)
-        self.hv.raise_on[('record', 'a')] = \
-            hv_mod.HypervisorUnavailable('gone')
-        self.assertRaises(hv_mod.HypervisorUnavailable, opt.verdicts, end)
-        self.assertEqual({}, opt.checks)
+        self.record_lost(opt, end)
         self.assertEqual(1, opt.counts['kept'])
+
+    def verdicts_losing_libvirt(self, opt, method, end):
+        """The verdicts at ``end`` with libvirt lost at ``method`` on
+        'a' (back after).
+        """
+        self.hv.raise_on[(method, 'a')] = hv_mod.HypervisorUnavailable(
+            'gone')
+        self.assertRaises(hv_mod.HypervisorUnavailable, opt.verdicts, end)
+        del self.hv.raise_on[(method, 'a')]
+
+    def record_lost(self, opt, end):
+        """A verdict made whose record libvirt lost: final, learned
+        once, its record to write again.
+        """
+        self.verdicts_losing_libvirt(opt, 'record', end)
+        self.assertEqual({}, opt.checks)
         self.assertLess(opt.trust, 1.0)
         self.assertEqual(1, len(opt.predictions['guest']))
         self.assertEqual({'a'}, opt.unwritten)
