@@ -353,6 +353,7 @@ class Agent:
         listed = self.hv.domains()
         current = {d.name: d for d in listed}
         pending, fresh = self._take_pending()
+        pending |= self._migrations_ended(current)
         started = [d for name, d in current.items()
                    if name not in self.domains or name in pending]
         # A new QEMU: a 'started' event, or a guest that appeared since
@@ -374,6 +375,34 @@ class Agent:
                 self.pending |= left
                 self.fresh |= (fresh & left) - learned
             raise
+
+    def _migrations_ended(self, current) -> set:
+        """The guests seen leaving by live migration that still run here
+        with no job: the migration failed or was cancelled before the
+        switchover, which raises no lifecycle event. No longer leaving,
+        they are placed again as after a 'resumed' event. A backend that
+        cannot tell (None) leaves them leaving until an event comes.
+        """
+        ended = set()
+        for name in sorted(self.migrating & current.keys()):
+            error = None
+            try:
+                running = self.hv.migration_running(current[name])
+            except hv_mod.HypervisorUnavailable:
+                raise
+            except hv_mod.HypervisorError as exc:
+                running, error = None, exc
+            if error is not None:
+                LOG.debug('Could not tell whether %s is still leaving: %s',
+                          name, error)
+            if running is False:
+                ended.add(name)
+        for name in sorted(ended):
+            LOG.info('%s still runs here and its live migration is over '
+                     '(failed or cancelled before the switchover): placed '
+                     'again', name)
+        self.migrating -= ended
+        return ended
 
     def _cycle_listed(self, now, listed, current, started, fresh, placed,
                       learned):

@@ -270,6 +270,18 @@ class Hypervisor(metaclass=abc.ABCMeta):
         if cpus is not None:
             self.pin_vcpus(domain, cpus or sorted(topology.node_of_cpu()))
 
+    def migration_running(self, domain: DomainInfo) -> bool | None:
+        """Whether a job (a live migration away, say) still runs on the
+        domain; None when the backend cannot tell.
+
+        The agent asks it of a guest it saw start leaving: a migration
+        that fails before the switchover while the guest runs raises no
+        lifecycle event, and the guest would stay unmanaged.
+
+        Optional: this default says unknown.
+        """
+        return None
+
     def record(self, domain: DomainInfo, recorded: Recorded) -> None:
         """Keep ``recorded`` with the guest (libvirt: its live metadata).
 

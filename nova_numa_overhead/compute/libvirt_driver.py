@@ -1129,6 +1129,29 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             for vcpu in range(dom.info()[3]):
                 dom.pinVcpu(vcpu, cpumap)
 
+    def migration_running(self, domain: hypervisor.DomainInfo
+                          ) -> bool | None:
+        """Whether libvirt has a job running on the domain
+        (virDomainGetJobInfo: a bounded or unbounded job); None where the
+        driver has no job information.
+
+        Any job counts: an outgoing migration is the one the agent waits
+        for, and a guest being dumped or saved is no better to place.
+        """
+        dom = self._lookup(domain)
+        error = None
+        try:
+            kind = dom.jobInfo()[0]
+        except libvirt.libvirtError as e:
+            error = e
+        if error is None:
+            return kind in (libvirt.VIR_DOMAIN_JOB_BOUNDED,
+                            libvirt.VIR_DOMAIN_JOB_UNBOUNDED)
+        if error.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT:
+            return None
+        with self._errors('job of %s' % domain.name, dom):
+            raise error
+
     # -- events ------------------------------------------------------------
 
     def register_lifecycle(self, callback) -> None:

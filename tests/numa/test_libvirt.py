@@ -194,6 +194,9 @@ class TestNovaFloatingGuest(LibvirtTestCase, tests_base.TestCase):
         self.assertEqual(
             tuple(sorted(c for n in topology.nodes for c in n.cpus)),
             self.hv.vcpu_affinity(self.info(dom)))
+        # QEMU's driver keeps jobs: none runs (what tells the agent that a
+        # live migration ended without an event).
+        self.assertIs(False, self.hv.migration_running(self.info(dom)))
         agent = self.make_agent()
         self.hv.register_lifecycle(agent.on_lifecycle)
         self.assertTrue(agent.cycle())

@@ -51,12 +51,18 @@ class FakeHypervisor(hv_mod.Hypervisor):
         # kernel_state(): a KernelState, None (unknown) or an exception.
         self.kernel = None
         self.kernel_reads = 0
+        # name -> migration_running() (True, False); unset: None.
+        self.jobs = {}
 
     def kernel_state(self):
         self.kernel_reads += 1
         if isinstance(self.kernel, Exception):
             raise self.kernel
         return self.kernel
+
+    def migration_running(self, domain):
+        self._check('migration_running', domain)
+        return self.jobs.get(domain.name)
 
     # -- test helpers -------------------------------------------------------
 

@@ -1288,6 +1288,39 @@ class TestNovasIntent(AgentTestCase):
         self.assertEqual(decision.plan, agent.decisions['a'].plan)
         self.assertEqual(['a'], [g.name for g in agent.managed_guests()])
 
+    def test_a_migration_that_ends_without_an_event(self):
+        # Failed or cancelled before the switchover, while the guest
+        # runs: no lifecycle event, the job is gone.
+        agent = self.make_agent()
+        decision = self.place_one(agent)
+        agent.on_lifecycle('migrating', 'a')
+        agent.handle_events()
+        del agent.decisions['a']
+        for running in (True, None):
+            # Still leaving, or the backend cannot tell: left alone.
+            self.hv.jobs['a'] = running
+            self.clock.now += 1
+            agent.cycle()
+            self.assertIn('a', agent.migrating)
+            self.assertNotIn('a', agent.decisions)
+        self.hv.raise_on[('migration_running', 'a')] = \
+            hv_mod.HypervisorError('injected')
+        agent.cycle()
+        self.assertIn('a', agent.migrating)
+        self.hv.raise_on[('migration_running', 'a')] = \
+            hv_mod.HypervisorUnavailable('injected')
+        self.assertFalse(agent.cycle())
+        self.assertIn('a', agent.migrating)
+        del self.hv.raise_on[('migration_running', 'a')]
+        self.hv.jobs['a'] = False
+        self.clock.now += 1
+        agent.cycle()
+        self.assertIn('a still runs here and its live migration is over',
+                      self.logger.output)
+        self.assertNotIn('a', agent.migrating)
+        self.assertEqual(decision.plan, agent.decisions['a'].plan)
+        self.assertEqual(['a'], [g.name for g in agent.managed_guests()])
+
     def test_vcpu_pins_are_given_back_too(self):
         self.flags(group='numa_overhead_agent', colocate_vcpus=True)
         agent = self.make_agent()

@@ -1000,6 +1000,25 @@ class TestLifecycle(LibvirtDriverTestCase):
         # Both callbacks are registered on the connection.
         self.assertEqual(2, len(self.hv._callback_ids))
 
+    def test_migration_running(self):
+        dom = self._define()
+        info = self._info(dom)
+        # The test driver keeps no jobs: unknown.
+        self.assertIsNone(self.hv.migration_running(info))
+        for kind, running in ((libvirt.VIR_DOMAIN_JOB_NONE, False),
+                              (libvirt.VIR_DOMAIN_JOB_UNBOUNDED, True),
+                              (libvirt.VIR_DOMAIN_JOB_BOUNDED, True),
+                              (libvirt.VIR_DOMAIN_JOB_CANCELLED, False)):
+            with mock.patch.object(libvirt.virDomain, 'jobInfo',
+                                   autospec=True,
+                                   return_value=[kind] + [0] * 11):
+                self.assertIs(running, self.hv.migration_running(info))
+        with mock.patch.object(
+                libvirt.virDomain, 'jobInfo', autospec=True,
+                side_effect=_error(libvirt.VIR_ERR_INTERNAL_ERROR)):
+            self.assertRaises(hypervisor.HypervisorError,
+                              self.hv.migration_running, info)
+
     def test_reregistered_after_reconnect(self):
         events = []
         self.hv.register_lifecycle(lambda e, n: events.append((e, n)))
