@@ -18,6 +18,7 @@ shares with nova-compute::
     nova-numa-overhead-agent --config-file /etc/nova/nova.conf
 """
 
+import logging as std_logging
 import socket
 import sys
 import threading
@@ -154,6 +155,8 @@ class AgentService(service_base.ServiceBase):
         self.simulated = None
         self._loops = []
         self._events_thread = None
+        self._listener_thread = None
+        self._state_waits = False
         self._stopping = threading.Event()
 
     # oslo.service's launcher calls these.
@@ -161,7 +164,6 @@ class AgentService(service_base.ServiceBase):
         from oslo_service import loopingcall
 
         from nova_numa_overhead.compute import agent as agent_mod
-        from nova_numa_overhead.compute import model_state
         from nova_numa_overhead import rpc
         conf = self.conf
         opts = conf.numa_overhead_agent
@@ -189,19 +191,10 @@ class AgentService(service_base.ServiceBase):
                 LOG.warning('Notifications disabled: %s', error)
         self.agent = agent_mod.Agent(conf, self.hypervisor, self.publisher,
                                      host, notifier=self.notifier)
-        # What the optimizer learned of the model's fit, from the last
-        # run (written below, after the cycles, and at stop); not that of
-        # a simulated host.
-        self.model_state = model_state.Keeper(
-            '' if self.simulated is not None else opts.state_file or '',
-            self.agent.optimizer, model_state.learned_for(
-                conf, host, self.agent.topology,
-                self.agent.estimator_topology))
-        try:
-            self.model_state.restore()
-        except Exception:
-            LOG.exception('Restoring the cost model state failed; the '
-                          'optimizer starts afresh')
+        self.model_state = None
+        # Libvirt down at start: the state is restored before the first
+        # cycle that reaches it.
+        self._keep_model_state()
         # libvirt's event thread only queues; this thread does the work.
         self._stopping.clear()
         self._events_thread = threading.Thread(
@@ -209,7 +202,6 @@ class AgentService(service_base.ServiceBase):
             daemon=True)
         self._events_thread.start()
         self.hypervisor.register_lifecycle(self.agent.on_lifecycle)
-        rpc.start_agent_listener(conf, self.agent.sync)
         LOG.info('%(prog)s for host %(host)s: enforcement %(mode)s, '
                  'managed guests %(managed)s; reports on topic %(topic)s '
                  'via %(url)s', {
@@ -223,9 +215,69 @@ class AgentService(service_base.ServiceBase):
                 loop = loopingcall.FixedIntervalLoopingCall(func)
                 loop.start(interval=interval, initial_delay=0)
                 self._loops.append(loop)
+        # The schedulers' sync requests: oslo.messaging's start waits for
+        # the broker, which must not hold sampling and placement.
+        self._listener_thread = threading.Thread(
+            target=self._listen, args=(rpc.start_agent_listener,),
+            name='numa-overhead-sync-listener', daemon=True)
+        self._listener_thread.start()
+
+    def _keep_model_state(self) -> None:
+        """What the optimizer learned of the model's fit, from the last
+        run (written after the cycles, and at stop); not that of a
+        simulated host. Needs the host's topology: left for a later cycle
+        while libvirt cannot be reached.
+        """
+        if self.model_state is not None:
+            return
+        from nova_numa_overhead.compute import hypervisor as hv_mod
+        from nova_numa_overhead.compute import model_state
+        opts = self.conf.numa_overhead_agent
+        error = None
+        try:
+            learned = model_state.learned_for(
+                self.conf, self.conf.host, self.agent.topology,
+                self.agent.estimator_topology)
+        except hv_mod.HypervisorError as exc:
+            error = exc
+        if error is not None:
+            LOG.log(std_logging.DEBUG if self._state_waits else
+                    std_logging.WARNING,
+                    'The host\'s topology cannot be read yet (%s): the '
+                    'cost model state is restored once it can', error)
+            self._state_waits = True
+            return
+        self.model_state = model_state.Keeper(
+            '' if self.simulated is not None else opts.state_file or '',
+            self.agent.optimizer, learned)
+        try:
+            self.model_state.restore()
+        except Exception:
+            LOG.exception('Restoring the cost model state failed; the '
+                          'optimizer starts afresh')
+
+    def _listen(self, start) -> None:
+        delay, failures = 1.0, 0
+        while not self._stopping.is_set():
+            error = None
+            try:
+                start(self.conf, self.agent.sync)
+            except Exception as exc:
+                error = exc
+            if error is None:
+                return
+            failures += 1
+            LOG.log(std_logging.WARNING if failures == 1 else
+                    std_logging.DEBUG,
+                    'Could not listen for the schedulers\' report '
+                    'requests (%(exc)s): reports still go out; next try '
+                    'in %(delay)d s', {'exc': error, 'delay': delay})
+            self._stopping.wait(delay)
+            delay = min(delay * 2, 60.0)
 
     def _cycle(self):
         try:
+            self._keep_model_state()
             if self.simulated is not None:
                 self.simulated.step()
             self.agent.cycle()

@@ -14,6 +14,8 @@ import io
 import json
 import os
 import tempfile
+import threading
+import time
 from unittest import mock
 
 import fixtures
@@ -156,6 +158,83 @@ class TestAgentService(base.TestCase):
         self.assertEqual(0.3, restarted.agent.optimizer.trust)
         self.assertEqual([(1.1, 1.0)],
                          list(restarted.agent.optimizer.predictions['guest']))
+
+    def test_libvirt_down_at_start(self):
+        # The state is restored at the first cycle that reaches libvirt;
+        # the agent starts (no traceback, no crash loop).
+        from oslo_service import loopingcall
+        self.useFixture(fixtures.MockPatchObject(
+            loopingcall, 'FixedIntervalLoopingCall', autospec=True))
+        state = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                             'model.json')
+        conf = conf_with('[DEFAULT]\nhost = cmp-3\n'
+                         '[numa_overhead]\ntransport_url = fake://\n'
+                         '[numa_overhead_agent]\nstate_file = %s\n'
+                         % state)
+        hv = fakes.FakeHypervisor(nodes=2)
+        svc = agent_cmd.AgentService(conf, hypervisor=hv,
+                                     publisher=test_agent.FakePublisher(),
+                                     notifier=test_agent.FakeNotifier())
+        svc.start()
+        svc.agent.optimizer.trust = svc.agent.optimizer.learned_trust = 0.4
+        svc.stop()
+        hv = fakes.FakeHypervisor(nodes=2)
+        hv.down = True
+        warnings = self.useFixture(fixtures.FakeLogger(
+            level='WARNING', name=agent_cmd.__name__))
+        svc = agent_cmd.AgentService(conf, hypervisor=hv,
+                                     publisher=test_agent.FakePublisher(),
+                                     notifier=test_agent.FakeNotifier())
+        svc.start()
+        self.addCleanup(svc.stop)
+        self.assertIsNone(svc.model_state)
+        svc._cycle()
+        svc._cycle()
+        self.assertEqual(1, warnings.output.count(
+            'The host\'s topology cannot be read yet'))
+        self.assertNotEqual(0.4, svc.agent.optimizer.trust)
+        hv.down = False
+        svc._cycle()
+        self.assertEqual(0.4, svc.agent.optimizer.trust)
+
+    def test_the_broker_does_not_hold_the_loops(self):
+        # oslo.messaging's start waits for an unreachable broker.
+        from nova_numa_overhead import rpc
+        from oslo_service import loopingcall
+        loop_cls = self.useFixture(fixtures.MockPatchObject(
+            loopingcall, 'FixedIntervalLoopingCall', autospec=True)).mock
+        release = threading.Event()
+        self.useFixture(fixtures.MockPatchObject(
+            rpc, 'start_agent_listener',
+            side_effect=lambda conf, on_sync: release.wait(10)))
+        svc = agent_cmd.AgentService(
+            conf_with('[numa_overhead]\ntransport_url = fake://\n'),
+            hypervisor=fakes.FakeHypervisor(nodes=2),
+            publisher=test_agent.FakePublisher(),
+            notifier=test_agent.FakeNotifier())
+        started = time.monotonic()
+        svc.start()
+        self.assertLess(time.monotonic() - started, 5)
+        loop_cls.return_value.start.assert_called()
+        release.set()
+        svc._listener_thread.join(5)
+        self.assertFalse(svc._listener_thread.is_alive())
+        svc.stop()
+
+    def test_the_listener_is_started_again_until_it_listens(self):
+        svc = agent_cmd.AgentService(conf_with(''))
+        svc.agent = mock.Mock()
+        svc._stopping = mock.Mock(**{'is_set.return_value': False})
+        warnings = self.useFixture(fixtures.FakeLogger(
+            level='WARNING', name=agent_cmd.__name__))
+        start = mock.Mock(side_effect=[OSError('refused'),
+                                       OSError('refused'), None])
+        svc._listen(start)
+        self.assertEqual(3, start.call_count)
+        self.assertEqual([mock.call(1.0), mock.call(2.0)],
+                         svc._stopping.wait.call_args_list)
+        self.assertEqual(1, warnings.output.count(
+            'Could not listen for the schedulers\' report requests'))
 
     def test_a_failing_restore_or_save_never_stops_the_agent(self):
         from nova_numa_overhead.compute import model_state
