@@ -28,6 +28,9 @@ from oslo_log import log as logging
 from oslo_service.backend import base as service_base
 
 LOG = logging.getLogger(__name__)
+
+# Seconds the agent's loops wait for its sync listener to start.
+LISTENER_WAIT = 5.0
 PROG = 'nova-numa-overhead-agent'
 
 
@@ -158,6 +161,7 @@ class AgentService(service_base.ServiceBase):
         self._listener_thread = None
         self._state_waits = False
         self._stopping = threading.Event()
+        self._listening = threading.Event()
 
     # oslo.service's launcher calls these.
     def start(self):
@@ -209,18 +213,22 @@ class AgentService(service_base.ServiceBase):
                      'managed': opts.managed_guests,
                      'topic': conf.numa_overhead.report_topic,
                      'url': reports_url(conf)})
+        # The schedulers' sync requests: oslo.messaging's start waits for
+        # the broker, which holds sampling and placement LISTENER_WAIT
+        # seconds at most (a first report seldom goes before the agent
+        # can answer a sync).
+        self._listening.clear()
+        self._listener_thread = threading.Thread(
+            target=self._listen, args=(rpc.start_agent_listener,),
+            name='numa-overhead-sync-listener', daemon=True)
+        self._listener_thread.start()
+        self._listening.wait(LISTENER_WAIT)
         for func, interval in ((self._cycle, opts.sample_interval),
                                (self._rebalance, opts.rebalance_interval)):
             if interval > 0:
                 loop = loopingcall.FixedIntervalLoopingCall(func)
                 loop.start(interval=interval, initial_delay=0)
                 self._loops.append(loop)
-        # The schedulers' sync requests: oslo.messaging's start waits for
-        # the broker, which must not hold sampling and placement.
-        self._listener_thread = threading.Thread(
-            target=self._listen, args=(rpc.start_agent_listener,),
-            name='numa-overhead-sync-listener', daemon=True)
-        self._listener_thread.start()
 
     def _keep_model_state(self) -> None:
         """What the optimizer learned of the model's fit, from the last
@@ -265,6 +273,7 @@ class AgentService(service_base.ServiceBase):
             except Exception as exc:
                 error = exc
             if error is None:
+                self._listening.set()
                 return
             failures += 1
             LOG.log(std_logging.WARNING if failures == 1 else

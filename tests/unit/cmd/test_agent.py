@@ -212,10 +212,13 @@ class TestAgentService(base.TestCase):
             hypervisor=fakes.FakeHypervisor(nodes=2),
             publisher=test_agent.FakePublisher(),
             notifier=test_agent.FakeNotifier())
+        self.useFixture(fixtures.MockPatchObject(agent_cmd, 'LISTENER_WAIT',
+                                                 0.1))
         started = time.monotonic()
         svc.start()
         self.assertLess(time.monotonic() - started, 5)
         loop_cls.return_value.start.assert_called()
+        self.assertFalse(svc._listening.is_set())
         release.set()
         svc._listener_thread.join(5)
         self.assertFalse(svc._listener_thread.is_alive())
