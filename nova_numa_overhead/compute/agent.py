@@ -1240,7 +1240,8 @@ class Agent:
             moves = rebalancer.plan_moves(
                 guests, self.levels.overhead_matrix(), self.room_free(),
                 self.opts.rebalance_threshold,
-                self.opts.max_move_mb_per_period, self.opts.reserve_mb)
+                self.opts.max_move_mb_per_period, self.opts.reserve_mb,
+                [node.memory_mb for node in self.topology.nodes])
             try:
                 for move in moves:
                     self._apply(move)

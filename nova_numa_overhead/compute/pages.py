@@ -30,6 +30,9 @@ from nova_numa_overhead.compute import numa_stat
 
 LOG = logging.getLogger(__name__)
 WINDOW_PAGES = 4096
+# A pick looks for cold pages among up to this many times the pages it
+# wants, then takes warm ones: a bounded scan, not the whole guest.
+COLD_SCAN = 8
 MIB = 1024 * 1024
 PAGE_SIZE = os.sysconf('SC_PAGE_SIZE')
 
@@ -71,8 +74,16 @@ class PageMover:
             numa_stat.with_extents(ranges, texts['maps']))
 
     def pick(self, domain: tuple, ranges, node: int, pages: int) -> list:
-        """Up to ``pages`` addresses of pages now on ``node``."""
-        picked = []
+        """Up to ``pages`` addresses of pages now on ``node``, cold first.
+
+        Cold: not used since the last period (the swap FIFO's candidates),
+        looked for over up to ``COLD_SCAN`` times the pages asked so that
+        a large guest's scan stays bounded; then the others in address
+        order.
+        """
+        cold, warm = [], []
+        seen = 0
+        limit = pages * COLD_SCAN
         for rng in ranges:
             if rng.end is None or not rng.pages.get(node):
                 continue
@@ -83,23 +94,28 @@ class PageMover:
                                     rng.page_size))
                 where = self.page_nodes(*domain, window)
                 on_node = [a for a, n in zip(window, where) if n == node]
-                picked.extend(self._cold_first(domain, on_node))
-                if len(picked) >= pages:
-                    return picked[:pages]
-        return picked
+                found = self._cold(domain, on_node)
+                if found is None:
+                    # The kernel cannot tell: no use looking further.
+                    limit, found = pages, ()
+                cold.extend(found)
+                found = set(found)
+                others = [a for a in on_node if a not in found]
+                warm.extend(others[:max(0, pages - len(warm))])
+                seen += len(on_node)
+                if len(cold) >= pages or seen >= limit:
+                    return (cold + warm)[:pages]
+        return (cold + warm)[:pages]
 
-    def _cold_first(self, domain, addresses):
-        """Cold pages first, then the others in address order.
-
-        Cold: not used since the last period (the swap FIFO's candidates).
+    def _cold(self, domain, addresses):
+        """Those of ``addresses`` not used since the last period; None
+        when that cannot be told.
         """
-        if not addresses or self.cold_pages is None:
-            return addresses
-        cold = self.cold_pages(*domain, addresses)
-        if not cold:
-            return addresses
-        cold_set = set(cold)
-        return list(cold) + [a for a in addresses if a not in cold_set]
+        if self.cold_pages is None:
+            return None
+        if not addresses:
+            return []
+        return self.cold_pages(*domain, addresses)
 
     def restart_tracking(self, domain: tuple, ranges) -> None:
         """Begin the next period of cold-page tracking."""

@@ -877,6 +877,8 @@ def load(path: str, nodes: list[int] | None = None,
     positive integer. The agent then keeps SLIT rather than trust part of
     a measurement. Rows of the nodes in ``cpu_less`` (the host's nodes
     without CPUs) may be wholly ``null``: they are None in the matrix.
+    When ``nodes`` is given, the matrix comes back in its order (rows,
+    columns and stream counts), whatever the file's order.
 
     A version 1 file (written before the probe measured with concurrent
     streams) is read with a warning, its ``bandwidth_streams`` as 1 for
@@ -920,10 +922,29 @@ def load(path: str, nodes: list[int] | None = None,
         except ValueError as e:
             raise ValueError('%s: %s' % (path, e))
     bandwidth = _rows(data['bandwidth_mbps'])
-    return Matrix(
+    matrix = Matrix(
         latency_ns=_rows(data['latency_ns']), bandwidth_mbps=bandwidth,
         nodes=list(ids), measured_at=data['measured_at'], size_mb=size_mb,
         bandwidth_streams=_streams_of(path, data, version, bandwidth))
+    if nodes is not None and list(nodes) != ids:
+        matrix = _in_order(matrix, list(nodes))
+    return matrix
+
+
+def _in_order(matrix: Matrix, nodes: list) -> Matrix:
+    """``matrix`` with its rows and columns in the order of ``nodes``.
+
+    Its users index by position (see :func:`as_topology_args`).
+    """
+    index = [matrix.nodes.index(node) for node in nodes]
+
+    def rows(matrix_rows):
+        return [None if matrix_rows[a] is None
+                else [matrix_rows[a][b] for b in index] for a in index]
+    return dataclasses.replace(
+        matrix, nodes=list(nodes), latency_ns=rows(matrix.latency_ns),
+        bandwidth_mbps=rows(matrix.bandwidth_mbps),
+        bandwidth_streams=[matrix.bandwidth_streams[a] for a in index])
 
 
 _NO_FILE = object()

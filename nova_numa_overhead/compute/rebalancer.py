@@ -19,17 +19,19 @@ entries and swaps those pages there. Here, per managed guest and per node,
 a bounded FIFO (``fifo_entries`` chunks of 64 MiB) holds candidate chunks of
 the guest's memory on that node, refilled every period from where the
 guest's memory lies; a period pops chunks from hot nodes and moves them to
-the coolest node, or, when that node is full, exchanges them with another
-managed guest's chunks there. Which pages make up a chunk is the backend's
+the coolest node with room (nodes without memory never count), or, when
+none has room, exchanges them for as much of another managed guest's
+memory there. Which pages make up a chunk is the backend's
 choice: the libvirt backend takes pages not used since the last period
 first (idle page tracking or soft-dirty bits, see
 :mod:`nova_numa_overhead.compute.coldpages`), then address order. Moves
 are bounded per period and go through the shared rate limit.
 
-Only memory-intensive guests are moved (see
+Only memory-intensive guests are moved for their own sake (see
 :mod:`nova_numa_overhead.overhead.classifier`): ``leave`` guests are not
-touched, ``gather`` guests get their memory pulled to their vCPUs' node,
-``spread`` guests get the FIFO treatment above.
+(they may give memory in an exchange), ``gather`` guests get their memory
+pulled to their vCPUs' node, ``spread`` guests get the FIFO treatment
+above.
 """
 
 import collections
@@ -38,6 +40,7 @@ import dataclasses
 from nova_numa_overhead.overhead import classifier
 
 CHUNK_MB = 64
+MIB = 1024 * 1024
 LEVELS_LOWER = 2
 
 
@@ -102,16 +105,25 @@ class SwapFifo:
         return sizes
 
     def pop(self, node: int, want_mb: int) -> list:
+        """Chunks of ``node``, first out first, ``want_mb`` MiB at most:
+        the last one is split, its rest stays queued.
+        """
         taken = []
         got = 0
         queue = self.cold.get(node)
         while queue and got < want_mb:
             chunk = queue.popleft()
+            part = min(chunk.mb, want_mb - got)
+            if part < chunk.mb:
+                rest = None if chunk.address is None else (
+                    chunk.address + part * MIB)
+                queue.appendleft(Chunk(node, chunk.mb - part, rest))
+                chunk = Chunk(node, part, chunk.address)
             taken.append(chunk)
-            got += chunk.mb
+            got += part
         plain = self.plain.get(node, 0)
         while plain > 0 and got < want_mb:
-            size = min(CHUNK_MB, plain)
+            size = min(CHUNK_MB, plain, want_mb - got)
             taken.append(Chunk(node, size))
             plain -= size
             got += size
@@ -145,14 +157,18 @@ class Move:
 
 
 def plan_moves(guests, overhead, free_mb, threshold: int, budget_mb: int,
-               reserve_mb: int = 0) -> list:
+               reserve_mb: int = 0, total_mb=None) -> list:
     """The moves of one rebalancing period.
 
     :param guests: GuestView of every managed guest.
     :param overhead: overhead[L][i] matrix of the host (estimator).
     :param free_mb: free memory per node.
     :param threshold: ``rebalance_threshold``: a node above it is hot.
-    :param budget_mb: most memory moved this period.
+    :param budget_mb: most memory moved this period (both ways of an
+        exchange count).
+    :param reserve_mb: free memory kept on a target node.
+    :param total_mb: memory per node, where known: a node without any
+        (memoryless, or a gap in the node ids) is never a target.
     """
     free = list(free_mb)
     moves = []
@@ -183,10 +199,13 @@ def plan_moves(guests, overhead, free_mb, threshold: int, budget_mb: int,
         for src in sorted(guest.memory_mb, key=lambda i: -row[i]):
             if budget_mb <= 0 or row[src] <= threshold:
                 break
-            dst = min(range(n), key=lambda i: (row[i], i))
-            if row[dst] > row[src] - LEVELS_LOWER:
+            dst = _target(row, src, free, reserve_mb, total_mb)
+            if dst is None:
                 break
-            want = int(min(guest.memory_mb[src], budget_mb))
+            room = free[dst] - reserve_mb
+            # Into the room there is, else exchanged: both ways count.
+            want = int(min(guest.memory_mb[src], budget_mb,
+                           room if room > 0 else budget_mb // 2))
             chunks = guest.fifo.pop(src, want)
             for chunk in chunks:
                 if free[dst] - reserve_mb >= chunk.mb:
@@ -201,15 +220,38 @@ def plan_moves(guests, overhead, free_mb, threshold: int, budget_mb: int,
                 partner = _exchange_partner(guests, guest, dst, chunk.mb)
                 if partner is None:
                     break
-                moves.append(Move(guest.name, src, dst, chunk.mb,
+                # As much each way (the partner gives at most chunk.mb):
+                # free memory on both nodes stays as it was.
+                amount = min(chunk.mb, partner[1])
+                moves.append(Move(guest.name, src, dst, amount,
                                   'exchange with %s' % partner[0]))
-                moves.append(Move(partner[0], dst, src, partner[1],
+                moves.append(Move(partner[0], dst, src, amount,
                                   'exchange with %s' % guest.name))
-                budget_mb -= chunk.mb + partner[1]
+                budget_mb -= 2 * amount
     return _merge(moves)
 
 
+def _target(row, src, free, reserve_mb, total_mb):
+    """The node to move ``src``'s memory to, None if there is none.
+
+    The lowest-overhead node (then lowest id) at least ``LEVELS_LOWER``
+    levels below ``src`` that has room above ``reserve_mb``; when none
+    has, the first of them (for an exchange). Nodes without memory are
+    never targets.
+    """
+    lower = sorted((i for i in range(len(free))
+                    if row[i] <= row[src] - LEVELS_LOWER and
+                    (total_mb is None or total_mb[i] > 0)),
+                   key=lambda i: (row[i], i))
+    with_room = [i for i in lower if free[i] - reserve_mb > 0]
+    return (with_room or lower or [None])[0]
+
+
 def _exchange_partner(guests, guest, node, mb):
+    """``(name, MiB)`` popped from another managed guest's FIFO on
+    ``node``, at most ``mb``; None if none has any. A ``leave`` guest
+    is the best partner: the node's overhead costs it least.
+    """
     for other in sorted(guests, key=lambda g: g.name):
         if other.name == guest.name:
             continue

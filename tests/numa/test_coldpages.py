@@ -66,4 +66,7 @@ class TestColdPages(base.TestCase):
         cold_first = [a for a in window if a in cold]
         self.assertTrue(cold_first)
         self.assertEqual(cold_first, picked[:len(cold_first)])
-        self.assertEqual(sorted(window), sorted(picked))
+        # Then those of the next windows, before any written page.
+        self.assertEqual(len(window), len(picked))
+        self.assertEqual(set(), set(picked) - cold)
+        self.assertEqual(sorted(picked), picked)

@@ -20,6 +20,7 @@ import testtools
 
 from nova_numa_overhead.compute import hypervisor as hv_mod
 from nova_numa_overhead.compute import mover
+from nova_numa_overhead.compute import numa_stat
 from nova_numa_overhead.compute import pages
 
 # A stand-in for QEMU: 96 MiB of private anonymous "guest RAM" (QEMU's
@@ -234,3 +235,65 @@ class TestPartialMoves(testtools.TestCase):
             track_pages=lambda n, u, a: None)
         self.assertRaises(hv_mod.HypervisorError, mover, ('guest', 'uuid'),
                           [(0, 1, 4)], None)
+
+
+class TestPick(testtools.TestCase):
+    """Which pages a move takes: the cold ones first, over more than one
+    window, within a bounded scan.
+    """
+
+    START = 0x7f0000000000
+    P = 4096
+
+    def mover(self, windows, cold):
+        n = windows * pages.WINDOW_PAGES
+        self.ranges = [numa_stat.Range(
+            start=self.START, policy='default', pages={0: n},
+            page_size=self.P, anon=True, end=self.START + n * self.P)]
+        self.scanned = []
+
+        def page_nodes(name, addresses):
+            self.scanned.extend(addresses)
+            return [0] * len(addresses)
+
+        return pages.PageMover(
+            read_maps=lambda name: None, page_nodes=page_nodes,
+            move_pages=lambda *a: None,
+            cold_pages=lambda name, a: [x for x in a if x in cold],
+            track_pages=lambda *a: None)
+
+    def window(self, i):
+        first = self.START + i * pages.WINDOW_PAGES * self.P
+        return [first + k * self.P for k in range(pages.WINDOW_PAGES)]
+
+    def test_cold_pages_of_later_windows_come_before_warm_ones(self):
+        # A move of a whole window: the first two are in use, the third
+        # is not.
+        cold = set(self.window(2))
+        mover = self.mover(3, cold)
+        picked = mover.pick(('g',), self.ranges, 0, pages.WINDOW_PAGES)
+        self.assertEqual(sorted(cold), picked)
+
+    def test_warm_pages_fill_in_address_order(self):
+        cold = set(self.window(1)[:10])
+        mover = self.mover(3, cold)
+        want = pages.WINDOW_PAGES // 2
+        picked = mover.pick(('g',), self.ranges, 0, want)
+        self.assertEqual(sorted(cold) + self.window(0)[:want - 10], picked)
+
+    def test_the_scan_for_cold_pages_is_bounded(self):
+        # Nothing cold in reach: the scan stops after COLD_SCAN times the
+        # pages asked, and takes the first warm ones.
+        windows = pages.COLD_SCAN + 4
+        mover = self.mover(windows, set(self.window(windows - 1)))
+        picked = mover.pick(('g',), self.ranges, 0, pages.WINDOW_PAGES)
+        self.assertEqual(self.window(0), picked)
+        self.assertEqual(pages.COLD_SCAN * pages.WINDOW_PAGES,
+                         len(self.scanned))
+
+    def test_without_cold_page_tracking_one_window_is_enough(self):
+        mover = self.mover(3, set())
+        mover.cold_pages = None
+        picked = mover.pick(('g',), self.ranges, 0, 100)
+        self.assertEqual(self.window(0)[:100], picked)
+        self.assertEqual(pages.WINDOW_PAGES, len(self.scanned))

@@ -867,7 +867,31 @@ class TestFiles(base.TestCase):
         self.assertRejected(valid_file_data(), 'measured on nodes [0, 1] but '
                             'the host has nodes [0, 1, 2]', nodes=[0, 1, 2])
         self.write(valid_file_data())
-        self.assertEqual([0, 1], probe.load(self.path, nodes=[1, 0]).nodes)
+        self.assertEqual([1, 0], probe.load(self.path, nodes=[1, 0]).nodes)
+
+    def test_rows_and_columns_follow_the_hosts_node_order(self):
+        # as_topology_args indexes by position: a file measured in another
+        # order than the host's must not hand node 1's row to node 0.
+        self.write(valid_file_data(
+            nodes=[1, 0], bandwidth_streams=[2, 4],
+            latency_ns=[[100.0, 300.0], [150.0, 110.0]],
+            bandwidth_mbps=[[5500.0, 2000.0], [3700.0, 5600.0]]))
+        matrix = probe.load(self.path, nodes=[0, 1])
+        self.assertEqual([0, 1], matrix.nodes)
+        args = probe.as_topology_args(matrix)
+        self.assertEqual(((110.0, 150.0), (300.0, 100.0)),
+                         args['latency_ns'])
+        self.assertEqual(((5600.0, 3700.0), (2000.0, 5500.0)),
+                         args['bandwidth_mbps'])
+        self.assertEqual((4, 2), args['bandwidth_streams'])
+        # A CPU-less node's row stays None wherever it lands.
+        self.write(valid_file_data(
+            nodes=[1, 0], bandwidth_streams=[None, 4],
+            latency_ns=[None, [150.0, 110.0]],
+            bandwidth_mbps=[None, [3700.0, 5600.0]]))
+        matrix = probe.load(self.path, nodes=[0, 1], cpu_less=[1])
+        self.assertEqual([[110.0, 150.0], None], matrix.latency_ns)
+        self.assertEqual([4, None], matrix.bandwidth_streams)
 
 
 class TestSysfs(base.TestCase):

@@ -42,7 +42,18 @@ class TestSwapFifo(testtools.TestCase):
         fifo.refill({0: 256}, cold={0: cold})
         taken = fifo.pop(0, 100)
         self.assertEqual(0x1000, taken[0].address)
-        self.assertEqual([16, 64, 64], [c.mb for c in taken])
+        self.assertEqual([16, 64, 20], [c.mb for c in taken])
+
+    def test_pop_takes_no_more_than_asked(self):
+        fifo = rebalancer.SwapFifo(entries=8)
+        cold = [rebalancer.Chunk(0, 64, address=0x100000)]
+        fifo.refill({0: 256}, cold={0: cold})
+        self.assertEqual([rebalancer.Chunk(0, 10, address=0x100000)],
+                         fifo.pop(0, 10))
+        # The rest of the chunk stays first in line.
+        rest = rebalancer.Chunk(0, 54, address=0x100000 + (10 << 20))
+        self.assertEqual([rest, rebalancer.Chunk(0, 6)], fifo.pop(0, 60))
+        self.assertEqual([64, 64, 58], fifo.entries_of(0))
 
     def test_refill_drops_nodes_the_guest_left(self):
         fifo = rebalancer.SwapFifo(entries=8)
@@ -92,12 +103,54 @@ class TestTriggerRule(testtools.TestCase):
         moves = rebalancer.plan_moves(
             [guest('g', {0: 512})], OVERHEAD, [0, 0, 250], threshold=6,
             budget_mb=10000, reserve_mb=200)
-        self.assertEqual([], moves)
+        self.assertEqual([('g', 0, 2, 50)],
+                         [(m.guest, m.src, m.dst, m.mb) for m in moves])
+
+    def test_gather_stays_within_room_and_budget(self):
+        g = guest('g', {0: 1024, 1: 1024}, action=classifier.GATHER, local=0)
+        moves = rebalancer.plan_moves(
+            [g], [[0, 0], [0, 0]], [512 + 10, 4096], threshold=0,
+            budget_mb=5, reserve_mb=512)
+        self.assertEqual([('g', 1, 0, 5)],
+                         [(m.guest, m.src, m.dst, m.mb) for m in moves])
+        g = guest('g', {0: 1024, 1: 1024}, action=classifier.GATHER, local=0)
+        moves = rebalancer.plan_moves(
+            [g], [[0, 0], [0, 0]], [512 + 10, 4096], threshold=0,
+            budget_mb=1000, reserve_mb=512)
+        self.assertEqual([('g', 1, 0, 10)],
+                         [(m.guest, m.src, m.dst, m.mb) for m in moves])
+
+    def test_spread_stays_within_the_budget(self):
+        moves = rebalancer.plan_moves(
+            [guest('g', {0: 4096})], OVERHEAD, [0, 8192, 8192], threshold=6,
+            budget_mb=100)
+        self.assertEqual(100, sum(m.mb for m in moves))
+
+    def test_a_node_with_room_is_preferred_to_a_full_one(self):
+        # Nodes 1 and 2 at the same level; node 1 is full (or a gap in
+        # the node ids, without memory): the memory goes to node 2.
+        overhead = [[6, 4, 4]] * 3
+        moves = rebalancer.plan_moves(
+            [guest('hot', {0: 8192})], overhead, [0, 0, 60000], threshold=4,
+            budget_mb=1024)
+        self.assertEqual([('hot', 0, 2, 1024)],
+                         [(m.guest, m.src, m.dst, m.mb) for m in moves])
 
 
 class TestExchange(testtools.TestCase):
 
     def test_full_target_exchanges_with_another_guest(self):
+        hot = guest('hot', {0: 128})
+        other = guest('other', {2: 128}, local=2)
+        moves = rebalancer.plan_moves([hot, other], OVERHEAD, [0, 0, 0],
+                                      threshold=6, budget_mb=10000)
+        self.assertEqual(
+            {('hot', 0, 2, 128), ('other', 2, 0, 128)},
+            {(m.guest, m.src, m.dst, m.mb) for m in moves})
+        self.assertTrue(all('exchange with' in m.reason for m in moves))
+
+    def test_a_leave_guest_is_an_exchange_partner(self):
+        # Not moved for its own sake, but the hot node costs it least.
         hot = guest('hot', {0: 128})
         other = guest('other', {2: 128}, action=classifier.LEAVE, local=2)
         moves = rebalancer.plan_moves([hot, other], OVERHEAD, [0, 0, 0],
@@ -105,7 +158,39 @@ class TestExchange(testtools.TestCase):
         self.assertEqual(
             {('hot', 0, 2, 128), ('other', 2, 0, 128)},
             {(m.guest, m.src, m.dst, m.mb) for m in moves})
-        self.assertTrue(all('exchange with' in m.reason for m in moves))
+
+    def test_exchange_moves_as_much_each_way(self):
+        # The partner has 8 MiB on the full node: 8 MiB go each way.
+        hot = guest('hot', {0: 128})
+        other = guest('other', {2: 8}, local=2)
+        moves = rebalancer.plan_moves([hot, other], OVERHEAD, [0, 0, 0],
+                                      threshold=6, budget_mb=10000)
+        self.assertEqual(
+            {('hot', 0, 2, 8), ('other', 2, 0, 8)},
+            {(m.guest, m.src, m.dst, m.mb) for m in moves})
+
+    def test_exchange_stays_within_the_budget(self):
+        hot = guest('hot', {0: 256})
+        other = guest('other', {2: 256}, local=2)
+        moves = rebalancer.plan_moves([hot, other], OVERHEAD, [0, 0, 0],
+                                      threshold=6, budget_mb=100)
+        self.assertEqual(
+            {('hot', 0, 2, 50), ('other', 2, 0, 50)},
+            {(m.guest, m.src, m.dst, m.mb) for m in moves})
+
+    def test_a_node_without_memory_is_not_a_target(self):
+        # Node 1 (no memory: memoryless, or a gap in the node ids) ties
+        # with node 2 and has the lower id; every node is full, so the
+        # exchange happens on node 2.
+        overhead = [[6, 4, 4]] * 3
+        hot = guest('hot', {0: 128})
+        other = guest('other', {2: 128}, local=2)
+        moves = rebalancer.plan_moves(
+            [hot, other], overhead, [0, 0, 0], threshold=4, budget_mb=10000,
+            total_mb=[4096, 0, 4096])
+        self.assertEqual(
+            {('hot', 0, 2, 128), ('other', 2, 0, 128)},
+            {(m.guest, m.src, m.dst, m.mb) for m in moves})
 
     def test_no_partner_no_move(self):
         self.assertEqual([], rebalancer.plan_moves(
