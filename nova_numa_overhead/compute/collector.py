@@ -40,6 +40,12 @@ from nova_numa_overhead.overhead import samples
 
 LOG = logging.getLogger(__name__)
 
+# Below this many cycles counted per second the vCPU threads ran (a tenth
+# of the slowest clock), the counters watch another thread; judged over at
+# least MIN_VCPU_SECONDS of vCPU time.
+MIN_COUNTED_HZ = 1e8
+MIN_VCPU_SECONDS = 0.05
+
 
 class GuestState:
     """What the collector keeps per guest between samples: one record,
@@ -218,6 +224,8 @@ class Collector:
         self.guests: dict = {}
         self.windows = Windows(self.guests)
         self._bandwidth_error = None
+        # Guests warned of counters that miss their vCPUs.
+        self._missing_vcpus: set = set()
 
     def update(self, name: str, counters, now: float) -> bool:
         """Add a counter read; True when it made a sample."""
@@ -240,11 +248,41 @@ class Collector:
         if sample.cycles < 0 or sample.instructions < 0:
             # Counters restarted (guest rebooted, perf re-enabled).
             return False
+        if self._misses_vcpus(name, sample.cycles, counters, previous):
+            return False
         state.delta = (sample.instructions, sample.cycles,
                        sample.llc_references, sample.llc_misses)
         if state.window is None:
             state.window = samples.SlidingWindow(self.window_size)
         return state.window.add_sample(sample)
+
+    def _misses_vcpus(self, name, cycles, counters, previous) -> bool:
+        """Whether the cycles counted are far fewer than the vCPU threads
+        ran (``vcpu_ns``, where the hypervisor tells it): the counters
+        then watch another thread. Libvirt opens a guest's perf events
+        on QEMU's main thread, inherited only by threads created after:
+        events turned on while the guest runs (as the agent does), or
+        opened again by a libvirtd restart, miss every vCPU. Such a
+        sample is left out (warned once per guest).
+        """
+        if not (counters.vcpu_ns and previous.vcpu_ns):
+            return False
+        ran = (counters.vcpu_ns - previous.vcpu_ns) / 1e9
+        if ran < MIN_VCPU_SECONDS or cycles >= ran * MIN_COUNTED_HZ:
+            return False
+        if name not in self._missing_vcpus:
+            self._missing_vcpus.add(name)
+            LOG.warning(
+                'The perf counters of %(name)s miss its vCPUs (%(hz).3g '
+                'cycles counted per second its vCPUs ran): its samples are '
+                'left out. Libvirt counts every thread only when the '
+                'events are on as QEMU starts: set [libvirt] '
+                'enabled_perf_events = %(events)s in nova-compute\'s '
+                'nova.conf (see the deployment guide); guests started or '
+                'hard rebooted after, and not since a libvirtd restart, '
+                'have them', {'name': name, 'hz': cycles / ran,
+                              'events': ', '.join(hv_mod.CORE_PERF_EVENTS)})
+        return True
 
     def measure_bandwidth(self, hypervisor, domains, now: float) -> None:
         """Read the guests' memory traffic and keep its rates.

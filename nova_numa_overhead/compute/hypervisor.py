@@ -154,6 +154,15 @@ class DomainInfo:
     recorded: Recorded | None = None   # the agent's metadata, if any
 
 
+#: The perf events the agent reads (libvirt's names, those of nova.conf's
+#: ``[libvirt] enabled_perf_events``).
+PERF_EVENTS = ('cpu_cycles', 'instructions', 'cache_references',
+               'cache_misses', 'stalled_cycles_backend')
+#: The subset every x86 and arm64 PMU has (Intel CPUs have no
+#: stalled-cycles-backend event).
+CORE_PERF_EVENTS = PERF_EVENTS[:4]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class DomainCounters:
     """Cumulative hardware counters of a domain (all vCPUs): the collector
@@ -165,6 +174,9 @@ class DomainCounters:
     cache_references: int
     cache_misses: int
     stalled_cycles: int
+    # CPU time of the vCPU threads, ns (0: unknown): tells counters that
+    # miss those threads (see Collector.update).
+    vcpu_ns: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,6 +33,7 @@ Domains are looked up by libvirt uuid on every call, so a
 import contextlib
 import dataclasses
 import os
+import re
 import sys
 import threading
 import time
@@ -69,11 +70,21 @@ PINNING_EXTRA_SPECS = ('hw:mem_page_size', 'hw:numa_nodes')
 
 #: Perf events the agent reads: libvirt typed-parameter names (the values
 #: of ``libvirt.VIR_PERF_PARAM_*``) and the stats keys they produce.
-PERF_EVENTS = ('cpu_cycles', 'instructions', 'cache_references',
-               'cache_misses', 'stalled_cycles_backend')
-#: The subset tried when the host refuses the full set (Intel CPUs have no
-#: stalled-cycles-backend event).
-CORE_PERF_EVENTS = PERF_EVENTS[:4]
+PERF_EVENTS = hypervisor.PERF_EVENTS
+#: The subset tried when the host refuses the full set.
+CORE_PERF_EVENTS = hypervisor.CORE_PERF_EVENTS
+
+
+def _constants(*names) -> frozenset:
+    """The values of those libvirt constants this libvirt has (some are
+    newer than the oldest libvirt Nova runs on).
+    """
+    return frozenset(getattr(libvirt, name) for name in names
+                     if hasattr(libvirt, name))
+
+
+# vcpu.<n>.time: CPU time of a vCPU thread (ns), in the VCPU stats.
+_VCPU_TIME = re.compile(r'vcpu\.\d+\.time')
 
 _DERIVED = object()
 _MIB = 1024 * 1024
@@ -781,6 +792,8 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         for dom in doms:
             try:
                 with self._errors('domain XML'):
+                    if self._migration_job_holds(dom):
+                        continue
                     xml = dom.XMLDesc(0)
                     name, uuid = dom.name(), dom.UUIDString()
             except hypervisor.DomainGone:
@@ -808,6 +821,21 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         if not nodes or set(nodes) >= set(range(self.topology().size)):
             return domain
         return dataclasses.replace(domain, allowed_nodes=nodes)
+
+    @staticmethod
+    def _migration_job_holds(dom) -> bool:
+        """Whether a live migration's job holds the domain, refusing any
+        change until it ends (each call would wait 30 s for it): the
+        destination before the end (paused, or running in post-copy), the
+        source past its switchover. Listed again once it runs here.
+        """
+        state, reason = dom.state()
+        if state == libvirt.VIR_DOMAIN_PAUSED:
+            return reason in _constants(
+                'VIR_DOMAIN_PAUSED_MIGRATION', 'VIR_DOMAIN_PAUSED_POSTCOPY',
+                'VIR_DOMAIN_PAUSED_POSTCOPY_FAILED')
+        return state == libvirt.VIR_DOMAIN_RUNNING and reason in _constants(
+            'VIR_DOMAIN_RUNNING_POSTCOPY')
 
     def enable_counters(self, domain: hypervisor.DomainInfo) -> bool:
         """Enable the perf events; falls back to those without stalls."""
@@ -863,8 +891,9 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         if not doms:
             return {}
         with self._errors('domain stats'):
-            stats = conn.domainListGetStats(doms,
-                                            libvirt.VIR_DOMAIN_STATS_PERF)
+            stats = conn.domainListGetStats(
+                doms, libvirt.VIR_DOMAIN_STATS_PERF |
+                libvirt.VIR_DOMAIN_STATS_VCPU)
         result = {}
         for dom, values in stats:
             if ('perf.instructions' not in values or
@@ -876,7 +905,9 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
                 cache_references=int(values.get('perf.cache_references', 0)),
                 cache_misses=int(values.get('perf.cache_misses', 0)),
                 stalled_cycles=int(
-                    values.get('perf.stalled_cycles_backend', 0)))
+                    values.get('perf.stalled_cycles_backend', 0)),
+                vcpu_ns=sum(int(value) for key, value in values.items()
+                            if _VCPU_TIME.fullmatch(key)))
         return result
 
     def memory_bandwidth(self, domains) -> dict:
@@ -1157,9 +1188,9 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
     def register_lifecycle(self, callback) -> None:
         """Call ``callback(event, name)`` on the guests' events.
 
-        'started' (STARTED, including the destination of a live
-        migration), 'resumed' (RESUMED after a migration: on the
-        destination, or on the source when it failed), 'migrating' (the
+        'started' (STARTED, but for the destination of a live migration),
+        'resumed' (RESUMED at the end of a migration: on the destination,
+        or on the source when it failed), 'migrating' (the
         first MIGRATION_ITERATION, or SUSPENDED for a migration: the guest
         is leaving) and 'stopped' (STOPPED, CRASHED, SHUTDOWN; QEMU reports
         a guest shutdown as SHUTDOWN then STOPPED, so it may come twice).
@@ -1189,17 +1220,25 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
 
     @staticmethod
     def event_name(event: int, detail: int) -> str | None:
-        """The agent's name for a libvirt lifecycle event; None: ignored."""
+        """The agent's name for a libvirt lifecycle event; None: ignored.
+
+        A guest arriving by live migration starts (STARTED_MIGRATED) and,
+        in post-copy, runs (RESUMED_POSTCOPY) while the migration job
+        refuses every change: it is placed at RESUMED_MIGRATED, which
+        libvirt sends at the very end of either kind.
+        """
         if event == libvirt.VIR_DOMAIN_EVENT_STARTED:
+            if detail == libvirt.VIR_DOMAIN_EVENT_STARTED_MIGRATED:
+                return None
             return 'started'
-        if event == libvirt.VIR_DOMAIN_EVENT_RESUMED and detail in (
-                libvirt.VIR_DOMAIN_EVENT_RESUMED_MIGRATED,
-                libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY,
-                libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY_FAILED):
+        if event == libvirt.VIR_DOMAIN_EVENT_RESUMED and \
+                detail in _constants('VIR_DOMAIN_EVENT_RESUMED_MIGRATED',
+                                     'VIR_DOMAIN_EVENT_RESUMED_POSTCOPY_'
+                                     'FAILED'):
             return 'resumed'
-        if event == libvirt.VIR_DOMAIN_EVENT_SUSPENDED and detail in (
-                libvirt.VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED,
-                libvirt.VIR_DOMAIN_EVENT_SUSPENDED_POSTCOPY):
+        if event == libvirt.VIR_DOMAIN_EVENT_SUSPENDED and \
+                detail in _constants('VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED',
+                                     'VIR_DOMAIN_EVENT_SUSPENDED_POSTCOPY'):
             return 'migrating'
         if event in (libvirt.VIR_DOMAIN_EVENT_STOPPED,
                      libvirt.VIR_DOMAIN_EVENT_CRASHED,

@@ -207,3 +207,42 @@ class TestMeasure(base.TestCase):
         self.assertIn('No memory bandwidth measurement (not a mapping',
                       self.logger.output)
         self.assertEqual({}, self.collector.guests)
+
+
+class TestCountersMissingVcpus(base.TestCase):
+    """Libvirt's perf events opened on QEMU's main thread only (turned on
+    while the guest ran, or again after a libvirtd restart).
+    """
+
+    @staticmethod
+    def read(cycles, vcpu_ns):
+        return hv_mod.DomainCounters(cycles // 2, cycles, 1000, 100, 0,
+                                     vcpu_ns=vcpu_ns)
+
+    def test_samples_that_miss_the_vcpus_are_left_out(self):
+        collector = collector_mod.Collector()
+        self.assertFalse(collector.update('g', self.read(0, 1), 0.0))
+        # The vCPUs ran 2 s, 0.3 ms worth of cycles were counted.
+        for second in (1, 2):
+            self.assertFalse(collector.update(
+                'g', self.read(second * 600000, 1 + second * 2 * 10 ** 9),
+                float(second)))
+            self.assertIsNone(collector.guests['g'].delta)
+        self.assertEqual(1, self.logger.output.count(
+            'The perf counters of g miss its vCPUs'))
+        self.assertIn('enabled_perf_events = cpu_cycles, instructions, '
+                      'cache_references, cache_misses in',
+                      self.logger.output)
+        # Counting all threads again (a new QEMU with the events on).
+        self.assertTrue(collector.update(
+            'g', self.read(1200000 + 4 * 10 ** 9, 1 + 6 * 10 ** 9), 3.0))
+
+    def test_idle_or_unknown_vcpu_time_is_no_evidence(self):
+        collector = collector_mod.Collector()
+        collector.update('idle', self.read(0, 1), 0.0)
+        # 10 ms of vCPU time: too little to judge.
+        self.assertTrue(collector.update('idle', self.read(100, 10 ** 7 + 1),
+                                         1.0))
+        collector.update('unknown', self.read(0, 0), 0.0)
+        self.assertTrue(collector.update('unknown', self.read(100, 0), 1.0))
+        self.assertNotIn('miss its vCPUs', self.logger.output)

@@ -318,12 +318,15 @@ class TestParsing(base.TestCase):
         cases = [
             ((libvirt.VIR_DOMAIN_EVENT_STARTED,
               libvirt.VIR_DOMAIN_EVENT_STARTED_BOOTED), 'started'),
+            # An arrival is placed at the end of its migration.
             ((libvirt.VIR_DOMAIN_EVENT_STARTED,
-              libvirt.VIR_DOMAIN_EVENT_STARTED_MIGRATED), 'started'),
+              libvirt.VIR_DOMAIN_EVENT_STARTED_MIGRATED), None),
             ((libvirt.VIR_DOMAIN_EVENT_RESUMED,
               libvirt.VIR_DOMAIN_EVENT_RESUMED_MIGRATED), 'resumed'),
             ((libvirt.VIR_DOMAIN_EVENT_RESUMED,
-              libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY), 'resumed'),
+              libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY), None),
+            ((libvirt.VIR_DOMAIN_EVENT_RESUMED,
+              libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY_FAILED), 'resumed'),
             ((libvirt.VIR_DOMAIN_EVENT_RESUMED,
               libvirt.VIR_DOMAIN_EVENT_RESUMED_UNPAUSED), None),
             ((libvirt.VIR_DOMAIN_EVENT_SUSPENDED,
@@ -337,6 +340,16 @@ class TestParsing(base.TestCase):
         ]
         for (event, detail), expected in cases:
             self.assertEqual(expected, name(event, detail), (event, detail))
+
+    def test_event_names_on_an_older_libvirt(self):
+        # libvirt < 8.5 has no RESUMED_POSTCOPY_FAILED (Nova runs on 8.0).
+        name = libvirt_driver.LibvirtHypervisor.event_name
+        self.useFixture(fixtures.MonkeyPatch(
+            'libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY_FAILED',
+            fixtures.MonkeyPatch.delete))
+        self.assertEqual('resumed', name(
+            libvirt.VIR_DOMAIN_EVENT_RESUMED,
+            libvirt.VIR_DOMAIN_EVENT_RESUMED_MIGRATED))
 
     def test_pid_dir_from_uri(self):
         derive = libvirt_driver.LibvirtHypervisor._derive_pid_dir
@@ -644,16 +657,23 @@ class TestActions(LibvirtDriverTestCase):
         # The test driver reports no perf statistics at all.
         self.assertEqual({}, self.hv.counters([info]))
         other = self._define()
+        # With the vCPU threads' time (VCPU stats): 2 vCPUs.
         stats = {'perf.instructions': 100, 'perf.cpu_cycles': 200,
-                 'perf.cache_references': 30, 'perf.cache_misses': 3}
-        self.useFixture(fixtures.MockPatchObject(
+                 'perf.cache_references': 30, 'perf.cache_misses': 3,
+                 'vcpu.current': 2, 'vcpu.maximum': 2, 'vcpu.0.state': 1,
+                 'vcpu.0.time': 7000, 'vcpu.0.wait': 9, 'vcpu.1.time': 500}
+        get_stats = self.useFixture(fixtures.MockPatchObject(
             libvirt.virConnect, 'domainListGetStats', autospec=True,
             side_effect=lambda conn, doms, stats_, flags=0: [
-                (doms[0], stats), (doms[1], {})]))
+                (doms[0], stats), (doms[1], {})])).mock
         result = self.hv.counters([info, self._info(other)])
         self.assertEqual(
-            {dom.name(): hypervisor.DomainCounters(100, 200, 30, 3, 0)},
+            {dom.name(): hypervisor.DomainCounters(100, 200, 30, 3, 0,
+                                                   vcpu_ns=7500)},
             result)
+        self.assertEqual(
+            libvirt.VIR_DOMAIN_STATS_PERF | libvirt.VIR_DOMAIN_STATS_VCPU,
+            get_stats.call_args[0][2])
 
     def test_move_pages(self):
         info = self._info(self._define())
@@ -999,6 +1019,29 @@ class TestLifecycle(LibvirtDriverTestCase):
                           e[0] == 'migrating'])
         # Both callbacks are registered on the connection.
         self.assertEqual(2, len(self.hv._callback_ids))
+
+    def test_a_domain_held_by_a_migration_job_is_not_listed(self):
+        # Until its migration ends, every change waits for the job.
+        dom = self._define()
+        other = self._define()
+        paused = libvirt.VIR_DOMAIN_PAUSED
+        running = libvirt.VIR_DOMAIN_RUNNING
+        for state, listed in (
+                ((paused, libvirt.VIR_DOMAIN_PAUSED_MIGRATION), False),
+                ((paused, libvirt.VIR_DOMAIN_PAUSED_POSTCOPY), False),
+                ((running, libvirt.VIR_DOMAIN_RUNNING_POSTCOPY), False),
+                ((paused, libvirt.VIR_DOMAIN_PAUSED_USER), True),
+                ((running, libvirt.VIR_DOMAIN_RUNNING_MIGRATED), True)):
+            real = libvirt.virDomain.state
+
+            def fake_state(self_, flags=0, state=state):
+                if self_.name() == dom.name():
+                    return list(state)
+                return real(self_, flags)
+            with mock.patch.object(libvirt.virDomain, 'state', fake_state):
+                names = [d.name for d in self.hv.domains()]
+            self.assertEqual(listed, dom.name() in names, state)
+            self.assertIn(other.name(), names)
 
     def test_migration_running(self):
         dom = self._define()
