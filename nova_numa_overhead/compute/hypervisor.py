@@ -72,6 +72,13 @@ class HostTopology:
         """Host CPU id -> node id."""
         return {cpu: node.id for node in self.nodes for cpu in node.cpus}
 
+    def memory_nodes(self) -> tuple:
+        """The ids of the nodes with memory: every node a guest may be
+        given (a memoryless node, or a gap in the node ids filled in, can
+        be in no cpuset.mems).
+        """
+        return tuple(node.id for node in self.nodes if node.memory_mb > 0)
+
 
 @dataclasses.dataclass(frozen=True)
 class Recorded:
@@ -278,7 +285,7 @@ class Hypervisor(metaclass=abc.ABCMeta):
         """
         topology = self.topology()
         if nodes is not None:
-            self.set_nodeset(domain, nodes or range(topology.size))
+            self.set_nodeset(domain, nodes or topology.memory_nodes())
         if cpus is not None:
             self.pin_vcpus(domain, cpus or sorted(topology.node_of_cpu()))
 

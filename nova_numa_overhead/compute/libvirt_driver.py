@@ -685,11 +685,14 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         callback_ids, self._callback_ids = self._callback_ids, []
         if conn is None:
             return
-        try:
-            for callback_id in callback_ids:
+        for callback_id in callback_ids:
+            # Each one: a failure leaves the others (and their hold on
+            # the connection) registered otherwise.
+            try:
                 conn.domainEventDeregisterAny(callback_id)
-        except libvirt.libvirtError as e:
-            LOG.debug('Deregistering events of a dropped connection: %s', e)
+            except libvirt.libvirtError as e:
+                LOG.debug('Deregistering events of a dropped connection: '
+                          '%s', e)
         try:
             conn.close()
         except libvirt.libvirtError as e:
@@ -818,7 +821,7 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             LOG.debug('cpuset of %s (pid %s) unreadable: %s', domain.name,
                       domain.pid, e)
             return domain
-        if not nodes or set(nodes) >= set(range(self.topology().size)):
+        if not nodes or set(nodes) >= set(self.topology().memory_nodes()):
             return domain
         return dataclasses.replace(domain, allowed_nodes=nodes)
 

@@ -32,6 +32,7 @@ from nova_numa_overhead.compute import hypervisor
 from nova_numa_overhead.compute import libvirt_driver
 from nova_numa_overhead.compute import numa_stat
 from tests import base
+from tests.unit.compute import fakes
 from tests.unit.compute import libvirt_fixtures
 
 URI = 'test:///default'
@@ -725,6 +726,20 @@ class TestRecord(LibvirtDriverTestCase):
             self.assertTrue(all(cpumap), cpumap)
 
 
+class TestRestoreEveryNode(base.TestCase):
+
+    def test_every_node_is_every_node_with_memory(self):
+        # A memoryless node, or a gap in the node ids: in no cpuset.mems.
+        hv = fakes.FakeHypervisor(nodes=3)
+        nodes = list(hv._topology.nodes)
+        nodes[1] = dataclasses.replace(nodes[1], memory_mb=0)
+        hv._topology = dataclasses.replace(hv._topology, nodes=tuple(nodes))
+        hv.add('g', {0: 1024})
+        hv.restore(hv.guests['g'], nodes=())
+        self.assertEqual((0, 2), hv.nodesets['g'])
+        self.assertEqual((0, 2), hv._topology.memory_nodes())
+
+
 class TestMemoryPerNode(LibvirtDriverTestCase):
 
     def _patch_readers(self, cgroup, numa_maps):
@@ -1061,6 +1076,17 @@ class TestLifecycle(LibvirtDriverTestCase):
                 side_effect=_error(libvirt.VIR_ERR_INTERNAL_ERROR)):
             self.assertRaises(hypervisor.HypervisorError,
                               self.hv.migration_running, info)
+
+    def test_every_callback_leaves_a_dropped_connection(self):
+        self.hv.register_lifecycle(lambda e, n: None)
+        ids = list(self.hv._callback_ids)
+        self.assertEqual(2, len(ids))
+        with mock.patch.object(
+                libvirt.virConnect, 'domainEventDeregisterAny',
+                autospec=True,
+                side_effect=_error(libvirt.VIR_ERR_INTERNAL_ERROR)) as drop:
+            self.hv._drop()
+        self.assertEqual(ids, [c[0][1] for c in drop.call_args_list])
 
     def test_reregistered_after_reconnect(self):
         events = []
