@@ -159,6 +159,8 @@ class DomainInfo:
     nova_nodes: tuple = ()         # numatune nodeset in the XML; () = all
     nova_cpus: tuple = ()          # <vcpu cpuset> in the XML; () = all
     recorded: Recorded | None = None   # the agent's metadata, if any
+    # ((node, MiB), ...) of a hugepage-backed guest, from its XML.
+    hugepage_mb: tuple = ()
 
 
 #: The perf events the agent reads (libvirt's names, those of nova.conf's

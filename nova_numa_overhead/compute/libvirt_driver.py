@@ -368,6 +368,46 @@ def pinned_reason(root, extra_specs: dict) -> str:
     return ''
 
 
+def hugepage_memory(root) -> tuple:
+    """``((node, MiB), ...)``: where a hugepage-backed guest's memory lies,
+    from its XML (its guest cells' memory on the host nodes of their
+    strict ``<memnode>``, or all of it on a strict ``<memory>`` nodeset,
+    split evenly over several nodes); () for a guest without hugepages or
+    whose XML does not say. Hugepages are in no cgroup's
+    ``memory.numa_stat``, and Nova binds them strictly.
+    """
+    if root.find('./memoryBacking/hugepages') is None:
+        return ()
+    numatune = root.find('numatune')
+    if numatune is None:
+        return ()
+    per_node = {}
+
+    def spread(mb, nodeset):
+        nodes = parse_set(nodeset or '')
+        for i, node in enumerate(nodes):
+            share, extra = divmod(mb, len(nodes))
+            per_node[node] = per_node.get(node, 0) + share + (i < extra)
+    memnodes = {m.get('cellid'): m.get('nodeset')
+                for m in numatune.findall('memnode')
+                if m.get('mode', 'strict') == 'strict'}
+    cells = root.findall('./cpu/numa/cell')
+    if memnodes and cells:
+        for cell in cells:
+            unit = (cell.get('unit') or 'KiB').lower()
+            if unit not in _UNITS_KIB or cell.get('id') not in memnodes:
+                return ()
+            spread(int(int(cell.get('memory')) * _UNITS_KIB[unit]) // 1024,
+                   memnodes[cell.get('id')])
+        return tuple(sorted(per_node.items()))
+    memory = numatune.find('memory')
+    if memory is None or memory.get('mode', 'strict') != 'strict' or \
+            root.find('memory') is None:
+        return ()
+    spread(_kib(root.find('memory')) // 1024, memory.get('nodeset'))
+    return tuple(sorted(per_node.items()))
+
+
 def format_recorded(recorded: hypervisor.Recorded) -> str:
     """The agent's metadata element (namespace :data:`AGENT_NS`)."""
     def sets(tag, nodes, cpus):
@@ -481,12 +521,17 @@ def parse_domain(xml: str, name: str = '', uuid: str = '',
         except ValueError as e:
             errors.append(str(e))
     reason = pinned_reason(root, extra_specs)
+    try:
+        hugepages = hugepage_memory(root)
+    except (TypeError, ValueError) as e:
+        hugepages = ()
+        LOG.debug('Hugepage memory of %s unknown: %s', name, e)
     return hypervisor.DomainInfo(
         name=name, uuid=uuid, memory_mb=memory_mb, vcpus=vcpus,
         extra_specs=extra_specs, pinned=bool(reason), pinned_reason=reason,
         nova=instance is not None, metadata_error='; '.join(errors),
         pid=pid, allowed_nodes=allowed, nova_nodes=allowed,
-        nova_cpus=cpuset, recorded=recorded)
+        nova_cpus=cpuset, recorded=recorded, hugepage_mb=hugepages)
 
 
 def live_numatune_mode(xml: str) -> str | None:
@@ -1020,19 +1065,32 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         """
         pid = domain.pid if domain.pid is not None else self._read_pid(
             domain.name)
-        if pid is not None:
-            # Lazy: only this path needs it (and its procfs readers).
-            from nova_numa_overhead.compute import numa_stat
-            for reader in (numa_stat.read_cgroup_numa_stat,
-                           numa_stat.read_numa_maps):
-                try:
-                    usage = reader(pid)
-                except (OSError, ValueError, LookupError) as e:
-                    LOG.debug('%s(%s) failed: %s', reader.__name__, pid, e)
-                    continue
-                if usage:
-                    return {int(node): int(mb) for node, mb in usage.items()}
-        return self._estimate_memory(domain)
+        if domain.hugepage_mb:
+            # Its hugepages from the XML (no cgroup counts them), QEMU's
+            # own memory from the cgroup (numa_maps would count both).
+            usage = self._read_usage(pid, hugepages=True) or {}
+            for node, mb in domain.hugepage_mb:
+                usage[node] = usage.get(node, 0) + mb
+            return usage
+        return self._read_usage(pid) or self._estimate_memory(domain)
+
+    @staticmethod
+    def _read_usage(pid, hugepages=False) -> dict | None:
+        if pid is None:
+            return None
+        # Lazy: only this path needs it (and its procfs readers).
+        from nova_numa_overhead.compute import numa_stat
+        readers = (numa_stat.read_cgroup_numa_stat,) if hugepages else (
+            numa_stat.read_cgroup_numa_stat, numa_stat.read_numa_maps)
+        for reader in readers:
+            try:
+                usage = reader(pid)
+            except (OSError, ValueError, LookupError) as e:
+                LOG.debug('%s(%s) failed: %s', reader.__name__, pid, e)
+                continue
+            if usage:
+                return {int(node): int(mb) for node, mb in usage.items()}
+        return None
 
     def _estimate_memory(self, domain: hypervisor.DomainInfo) -> dict:
         topology = self.topology()

@@ -783,6 +783,43 @@ class TestMemoryPerNode(LibvirtDriverTestCase):
                             {'return_value': None})
         self.assertEqual({0: 256, 1: 256}, self.hv.memory_per_node(info))
 
+    HUGEPAGE_GUEST = (
+        "<domain type='kvm'><name>huge</name>"
+        "<memory unit='KiB'>%(kib)d</memory>"
+        '<memoryBacking><hugepages>'
+        "<page size='1048576' unit='KiB'/></hugepages></memoryBacking>"
+        '%(numatune)s<cpu><numa>'
+        "<cell id='0' cpus='0-1' memory='%(half)d' unit='KiB'/>"
+        "<cell id='1' cpus='2-3' memory='%(half)d' unit='KiB'/>"
+        '</numa></cpu></domain>')
+
+    def test_hugepages_from_the_xml(self):
+        # No cgroup counts hugepages: Nova's strict memnodes say where
+        # they are; the cgroup has QEMU's own memory.
+        xml = self.HUGEPAGE_GUEST % {
+            'kib': 8 << 20, 'half': 4 << 20, 'numatune':
+            "<numatune><memory mode='strict' nodeset='1,3'/>"
+            "<memnode cellid='0' mode='strict' nodeset='1'/>"
+            "<memnode cellid='1' mode='strict' nodeset='3'/></numatune>"}
+        info = libvirt_driver.parse_domain(xml, pid=1234)
+        self.assertTrue(info.pinned)
+        self.assertEqual(((1, 4096), (3, 4096)), info.hugepage_mb)
+        cgroup, numa_maps = self._patch_readers(
+            {'return_value': {0: 150, 1: 20}}, {'return_value': {1: 8202}})
+        self.assertEqual({0: 150, 1: 4116, 3: 4096},
+                         self.hv.memory_per_node(info))
+        numa_maps.assert_not_called()
+        # One strict nodeset without memnodes: spread over it.
+        xml = self.HUGEPAGE_GUEST % {
+            'kib': 8 << 20, 'half': 4 << 20, 'numatune':
+            "<numatune><memory mode='strict' nodeset='0-1'/></numatune>"}
+        self.assertEqual(((0, 4096), (1, 4096)),
+                         libvirt_driver.parse_domain(xml).hugepage_mb)
+        # Nothing says where: measured as any other guest.
+        xml = self.HUGEPAGE_GUEST % {'kib': 8 << 20, 'half': 4 << 20,
+                                     'numatune': ''}
+        self.assertEqual((), libvirt_driver.parse_domain(xml).hugepage_mb)
+
 
 def _monitor(index, vcpus, nodes):
     """Stats of one ``memory.bandwidth.monitor.<index>``: nodes is a list
