@@ -18,10 +18,8 @@ scheduler instance info). A scheduler worker that starts asks all agents
 for a fresh report by a fanout cast of ``sync`` on ``<report_topic>.agents``.
 """
 
-import os
 import socket
 import threading
-import uuid
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
@@ -52,8 +50,13 @@ def get_transport(conf):
 
 
 def _server_name(prefix):
-    return '%s-%s-%d-%s' % (prefix, socket.gethostname(), os.getpid(),
-                            uuid.uuid4().hex[:8])
+    # oslo.messaging declares a queue named ``<topic>.<server>`` that
+    # outlives its server: a name per process left one behind at every
+    # worker or agent restart. One name per host reuses it. The workers of
+    # a host sharing it is harmless: only fanout casts are sent, and each
+    # listener has a fanout queue of its own; nothing is cast to a server
+    # by name.
+    return '%s-%s' % (prefix, socket.gethostname())
 
 
 class SchedulerEndpoint:
@@ -165,6 +168,19 @@ class ReportPublisher:
                         '%(exc)s', {'seq': report.seq, 'exc': exc})
             return False
         return True
+
+
+def forget_servers_after_fork() -> None:
+    """In a forked child: forget the parent's servers, without stopping
+    them.
+
+    Their threads are the parent's, absent from the child: stopping one
+    here would wait for them forever (and the lock may have been held at
+    the fork). The parent keeps serving on them.
+    """
+    global _SERVERS_LOCK
+    _SERVERS_LOCK = threading.Lock()
+    _SERVERS.clear()
 
 
 def stop_listeners() -> None:

@@ -62,6 +62,10 @@ class NUMAOverheadFilter(filters.BaseHostFilter):
     def __init__(self):
         super().__init__()
         plugin_conf.register_opts(CONF)
+        # A failure here repeats at every request: one line a minute.
+        self._failures = store._Throttle(
+            '%(count)d more requests NUMAOverheadFilter passed unfiltered '
+            'in the last %(interval)d s', burst=1, logger=LOG)
         # The report listener starts now, in the background (a forked
         # worker starts its own on its first request); requests never wait
         # for it.
@@ -71,6 +75,16 @@ class NUMAOverheadFilter(filters.BaseHostFilter):
         hosts = list(filter_obj_list)
         if scheduler_utils.request_is_rebuild(spec_obj):
             return hosts
+        try:
+            return self._filter_all(hosts, spec_obj)
+        except Exception as exc:
+            # A bad option (oslo.config checks a value when it is read) or
+            # a bug of the plugin: Nova schedules as without the filter.
+            store.log_failure(self._failures, 'NUMAOverheadFilter passes '
+                              'every host unfiltered', exc)
+            return hosts
+
+    def _filter_all(self, hosts, spec_obj):
         try:
             req = request.from_spec(spec_obj, CONF)
         except request.InvalidRequest as exc:

@@ -28,8 +28,14 @@ sees the flavor's extra specs in the domain metadata, never the hints.
 """
 
 import dataclasses
+import time
+
+from oslo_log import log as logging
 
 from nova_numa_overhead.overhead import specs
+from nova_numa_overhead.scheduler import store
+
+LOG = logging.getLogger(__name__)
 
 # The flavor's extra specs are parsed beside the planner (the agent reads
 # them too); their names stay importable from here.
@@ -45,6 +51,12 @@ policy_from_extra_specs = specs.policy_from_extra_specs
 HINT_MAX_LEVEL = 'numa_overhead_max_level'
 AGG_MAX_LEVEL = 'numa_overhead_max_level'
 AGG_WEIGHT_MULTIPLIER = 'numa_overhead_weight_multiplier'
+
+# Every boot of a flavor with a bad spec would log it (twice with the
+# weigher on).
+_BAD_FLAVORS = store._Throttle(
+    '%(count)d more requests with bad numa_overhead:* flavor extra specs '
+    'in the last %(interval)d s', logger=LOG)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +86,28 @@ def hint_max_level(hints) -> int | None:
 def from_spec(spec_obj, conf) -> OverheadRequest:
     """Parse a Nova RequestSpec.
 
-    :raises InvalidRequest: for a bad extra spec or hint.
+    A bad flavor extra spec (one nova-api did not check: set before the
+    plugin was installed, or through a compute API microversion below
+    2.86) is logged and the flavor's ``numa_overhead:*`` specs are ignored
+    for the request: the defaults apply, as for a flavor without them.
+
+    :raises InvalidRequest: for a bad hint.
     """
     opts = conf.numa_overhead
+    default_policy = opts.default_policy
+    default_max_nodes = opts.default_max_nodes
     flavor = spec_obj.flavor
-    policy = policy_from_extra_specs(flavor.extra_specs,
-                                     opts.default_policy,
-                                     opts.default_max_nodes)
+    try:
+        policy = policy_from_extra_specs(flavor.extra_specs, default_policy,
+                                         default_max_nodes)
+    except InvalidRequest as exc:
+        _BAD_FLAVORS.log(
+            time.monotonic(), 'Ignoring the numa_overhead:* extra specs of '
+            'flavor %(flavor)s, defaults apply: %(reason)s',
+            {'flavor': flavor.name if flavor.obj_attr_is_set('name')
+             else '<unnamed>', 'reason': exc}, logging.ERROR)
+        policy = policy_from_extra_specs({}, default_policy,
+                                         default_max_nodes)
     hints = spec_obj.scheduler_hints if spec_obj.obj_attr_is_set(
         'scheduler_hints') else None
     limits = [v for v in (policy.max_level, hint_max_level(hints))

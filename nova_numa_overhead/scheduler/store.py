@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 
+from oslo_config import cfg
 from oslo_log import log as logging
 
 from nova_numa_overhead.overhead import planner
@@ -107,10 +108,12 @@ class _Throttle:
     rest are counted and summed up in one line.
     """
 
-    def __init__(self, summary, burst=LOG_BURST, interval=LOG_INTERVAL):
+    def __init__(self, summary, burst=LOG_BURST, interval=LOG_INTERVAL,
+                 logger=None):
         self.summary = summary
         self.burst = burst
         self.interval = interval
+        self.logger = logger or LOG
         self.window = None
         self.logged = 0
         self.suppressed = 0
@@ -119,8 +122,9 @@ class _Throttle:
         """Close the interval if it is over, with its summary line."""
         if self.window is not None and now - self.window >= self.interval:
             if self.suppressed:
-                LOG.warning(self.summary, {'count': self.suppressed,
-                                           'interval': self.interval})
+                self.logger.warning(self.summary,
+                                    {'count': self.suppressed,
+                                     'interval': self.interval})
             self.window = None
             self.logged = self.suppressed = 0
 
@@ -132,11 +136,27 @@ class _Throttle:
         if self.logged < self.burst:
             self.logged += 1
             if args:
-                LOG.log(level, message, args, exc_info=exc_info)
+                self.logger.log(level, message, args, exc_info=exc_info)
             else:
-                LOG.log(level, message, exc_info=exc_info)
+                self.logger.log(level, message, exc_info=exc_info)
         else:
             self.suppressed += 1
+
+
+def log_failure(throttle, message: str, exc: Exception) -> None:
+    """Log, throttled at ERROR, why the filter or weigher gave up on a
+    request: a bad option in one line naming it, anything else (a bug)
+    with its traceback. Call it from the ``except`` block.
+    """
+    if isinstance(exc, cfg.Error):
+        # oslo.config checks a value only when it is read: a bad one in
+        # nova.conf shows up here, at every request.
+        reason = 'bad [numa_overhead] option: %s' % exc
+    else:
+        reason = '%s: %s' % (type(exc).__name__, exc)
+    throttle.log(time.monotonic(), '%(message)s (%(reason)s)',
+                 {'message': message, 'reason': reason}, logging.ERROR,
+                 exc_info=not isinstance(exc, cfg.Error))
 
 
 class HostEntry:
@@ -691,6 +711,11 @@ def _after_fork_in_child() -> None:
     child (and whose lock may have been held at the fork).
     """
     global _STORE, _STORE_PID, _LISTENER, _STORE_LOCK
+    rpc = sys.modules.get('nova_numa_overhead.rpc')
+    if rpc is not None:
+        # Before a listener of the child's own can register its server.
+        # (Not imported: no server was started.)
+        rpc.forget_servers_after_fork()
     if _STORE is None:
         return
     conf = _STORE.conf

@@ -32,6 +32,7 @@ mean gain for more harm; see the option's help and the deployment guide).
 """
 
 import math
+import time
 
 import nova.conf
 from nova.scheduler import utils as scheduler_utils
@@ -58,6 +59,13 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
         super().__init__()
         plugin_conf.register_opts(CONF)
         self._multiplier = None
+        # Both repeat at every request: throttled.
+        self._bad_requests = store._Throttle(
+            '%(count)d more requests with a bad hint weighed the same on '
+            'every host in the last %(interval)d s', logger=LOG)
+        self._failures = store._Throttle(
+            '%(count)d more requests NUMAOverheadWeigher could not weigh in '
+            'the last %(interval)d s', burst=1, logger=LOG)
         # The report listener starts now, in the background (a forked
         # worker starts its own on its first request); requests never wait
         # for it.
@@ -68,14 +76,28 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
             # Read once per request by weigh_objects; Nova calls this for
             # every host.
             return self._multiplier
-        return scheduler_utils.get_weight_multiplier(
-            host_state, request.AGG_WEIGHT_MULTIPLIER,
-            CONF.numa_overhead.weight_multiplier)
+        try:
+            return scheduler_utils.get_weight_multiplier(
+                host_state, request.AGG_WEIGHT_MULTIPLIER,
+                CONF.numa_overhead.weight_multiplier)
+        except Exception:
+            # A bad weight_multiplier: weigh_objects logged it and weighed
+            # every host 0, which any multiplier leaves 0.
+            return 0.0
 
     def weigh_objects(self, weighed_obj_list, weight_properties):
+        try:
+            return self._weigh_objects(weighed_obj_list, weight_properties)
+        except Exception as exc:
+            # A bad option (oslo.config checks a value when it is read) or
+            # a bug of the plugin: the weigher leaves the choice to Nova's.
+            store.log_failure(self._failures, 'NUMAOverheadWeigher gives '
+                              'every host the same weight', exc)
+            return [0.0] * len(weighed_obj_list)
+
+    def _weigh_objects(self, weighed_obj_list, weight_properties):
         opts = CONF.numa_overhead
         self._multiplier = opts.weight_multiplier
-        unknown = opts.weight_of_unknown
         if not self._multiplier and not any(
                 request.AGG_WEIGHT_MULTIPLIER in agg.metadata
                 for obj in weighed_obj_list
@@ -83,17 +105,20 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
             # Off (the default) and no aggregate turns it on: every weight
             # would be multiplied by 0; no look-up.
             return [0.0] * len(weighed_obj_list)
+        unknown = opts.weight_of_unknown
         try:
             req = request.from_spec(weight_properties, CONF)
-            query = store.get_store(CONF).query(req.memory_mb, req.policy,
-                                                req.max_nodes)
-        except Exception as exc:
-            # The filter reports bad requests; here every host is equal.
-            LOG.debug('NUMAOverheadWeigher gives every host the same '
-                      'weight: %s', exc)
+        except request.InvalidRequest as exc:
+            # A bad hint (the filter, if enabled, fails the request with
+            # an error before it gets here).
+            self._bad_requests.log(
+                time.monotonic(), 'NUMAOverheadWeigher gives every host the '
+                'same weight: %(reason)s', {'reason': exc})
             return [unknown] * len(weighed_obj_list)
         hosts = [obj.obj for obj in weighed_obj_list]
         try:
+            query = store.get_store(CONF).query(req.memory_mb, req.policy,
+                                                req.max_nodes)
             planned = query.overheads(hosts)
         except Exception:
             LOG.exception('NUMA overhead look-up failed')

@@ -10,9 +10,33 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+from unittest import mock
+
+import fixtures
+from oslo_config import fixture as config_fixture
+
 from nova_numa_overhead.scheduler import filters
+from nova_numa_overhead.scheduler import request
+from nova_numa_overhead.scheduler import store
 from tests import base
 from tests.unit.scheduler import fakes
+
+
+def load_bad_options(test, **values):
+    """Values as nova.conf would give them: oslo.config checks a value
+    only when it is read.
+    """
+    test.conf([], default_config_files=[])
+    test.useFixture(config_fixture.Config(test.conf)).load_raw_values(
+        group='numa_overhead', **values)
+
+
+def fresh_flavor_throttle(test):
+    """request's throttle of bad flavor lines, as at start-up (other tests'
+    lines would count against it).
+    """
+    test.patch(request, '_BAD_FLAVORS', store._Throttle(
+        request._BAD_FLAVORS.summary, logger=request.LOG))
 
 
 def levels_report(host, level, guests=1):
@@ -104,3 +128,60 @@ class TestNUMAOverheadFilter(fakes.NovaTestCase):
         spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '2'})
         # Treated as unknown: passes with the default policy.
         self.assertEqual(4, len(self.passing(spec_obj)))
+
+    def test_bad_option_passes_every_host_with_one_error(self):
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '2'})
+        for option, value, fragment in (
+                ('unknown_host', 'Pass', "found 'Pass'"),
+                ('default_policy', 'Local', "found 'Local'"),
+                ('max_level', '-1', 'greater than or equal to 0')):
+            load_bad_options(self, **{option: value})
+            errors = self.useFixture(fixtures.FakeLogger(
+                name=filters.__name__, level='ERROR'))
+            self.filt = filters.NUMAOverheadFilter()
+            for _ in range(3):
+                self.assertEqual(['low', 'mid', 'high', 'unknown'],
+                                 self.passing(spec_obj))
+            # Throttled: one line for the three requests, naming the value.
+            self.assertEqual(1, errors.output.count(
+                'NUMAOverheadFilter passes every host unfiltered (bad '
+                '[numa_overhead] option: Value for option %s' % option))
+            self.assertIn(fragment, errors.output)
+            self.assertNotIn('Traceback', errors.output)
+
+    def test_an_error_of_the_plugin_passes_every_host(self):
+        errors = self.useFixture(fixtures.FakeLogger(name=filters.__name__,
+                                                     level='ERROR'))
+        with mock.patch.object(request, 'from_spec', autospec=True,
+                               side_effect=RuntimeError('boom')):
+            self.assertEqual(4, len(self.passing(fakes.spec())))
+        self.assertIn('NUMAOverheadFilter passes every host unfiltered '
+                      '(RuntimeError: boom)', errors.output)
+        # A bug, not a setting: with its traceback.
+        self.assertIn('Traceback', errors.output)
+
+    def test_bad_flavor_spec_is_logged_and_ignored(self):
+        # Flavors nova-api did not check (created before the plugin, or
+        # through a microversion below 2.86) still boot, with the defaults.
+        for specs, reason in (
+                ({'numa_overhead:rebalance': 'sometimes'},
+                 "numa_overhead:rebalance: 'sometimes' is not a boolean"),
+                ({'numa_overhead:policy': 'Local'},
+                 "numa_overhead:policy: 'Local' is not one of"),
+                ({'numa_overhead:max_nodes': '0'},
+                 'numa_overhead:max_nodes: 0 is less than 1'),
+                ({'numa_overhead:max_level': 'high'},
+                 "numa_overhead:max_level: 'high' is not an integer")):
+            fresh_flavor_throttle(self)
+            errors = self.useFixture(fixtures.FakeLogger(
+                name=request.__name__, level='ERROR'))
+            self.assertEqual(['low', 'mid', 'high', 'unknown'],
+                             self.passing(fakes.spec(extra_specs=specs)))
+            self.assertIn('Ignoring the numa_overhead:* extra specs of '
+                          'flavor <unnamed>, defaults apply: ' + reason,
+                          errors.output)
+        # Ignored whole, its max_level too; a hint still applies.
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '1',
+                                           'numa_overhead:policy': 'x'},
+                              hints={'numa_overhead_max_level': '4'})
+        self.assertEqual(['low', 'mid', 'unknown'], self.passing(spec_obj))

@@ -13,6 +13,7 @@
 
 import threading
 import time
+from unittest import mock
 
 import fixtures
 import nova.conf
@@ -192,6 +193,23 @@ class TestPerProcess(base.TestCase):
         child = store_mod.get_store(self.conf)
         self.assertIsNot(parent, child)
         self.assertEqual(2, len(self.started))
+
+    def test_a_forked_worker_leaves_the_parents_servers_alone(self):
+        store_mod.get_store(self.conf)
+        parents = mock.Mock(spec=['stop', 'wait'])
+        # Held by another thread of the parent at the fork.
+        held = threading.Lock()
+        held.acquire()
+        self.useFixture(fixtures.MockPatchObject(rpc, '_SERVERS', [parents]))
+        self.useFixture(fixtures.MockPatchObject(rpc, '_SERVERS_LOCK', held))
+        store_mod._after_fork_in_child()
+        self.assertEqual([], rpc._SERVERS)
+        self.assertTrue(rpc._SERVERS_LOCK.acquire(timeout=5))
+        rpc._SERVERS_LOCK.release()
+        # Stopping the child's listener, at exit, does not touch them:
+        # stopping them waited forever for the parent's threads.
+        store_mod.reset_store()
+        parents.stop.assert_not_called()
 
     def test_fork_without_a_store_starts_nothing(self):
         store_mod._after_fork_in_child()

@@ -10,8 +10,12 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import fixtures
+
 from nova_numa_overhead.scheduler import request
+from nova_numa_overhead.scheduler import store
 from tests.unit.scheduler import fakes
+from tests.unit.scheduler import test_filters
 
 
 class TestPolicyFromExtraSpecs(fakes.NovaTestCase):
@@ -84,3 +88,32 @@ class TestFromSpec(fakes.NovaTestCase):
                 self.conf)
             self.assertIn('hint numa_overhead_max_level', str(exc))
             self.assertIn(fragment, str(exc))
+
+    def test_bad_flavor_spec_means_the_defaults(self):
+        test_filters.fresh_flavor_throttle(self)
+        errors = self.useFixture(fixtures.FakeLogger(name=request.__name__,
+                                                     level='ERROR'))
+        self.flags(default_policy='local', default_max_nodes=2)
+        bad = {'numa_overhead:policy': 'spread',
+               'numa_overhead:max_level': '3',
+               'numa_overhead:rebalance': 'sometimes'}
+        spec_obj = fakes.spec(extra_specs=bad)
+        spec_obj.flavor.name = 'm1.old'
+        for _ in range(store.LOG_BURST + 5):
+            req = request.from_spec(spec_obj, self.conf)
+            self.assertEqual(('local', 2, None, True),
+                             (req.policy, req.max_nodes, req.max_level,
+                              req.rebalance))
+        line = ("Ignoring the numa_overhead:* extra specs of flavor m1.old, "
+                "defaults apply: numa_overhead:rebalance: 'sometimes' is not "
+                "a boolean")
+        # Throttled: every boot of the flavor would log it.
+        self.assertEqual(store.LOG_BURST, errors.output.count(line))
+
+    def test_bad_hint_fails_even_with_a_bad_flavor_spec(self):
+        test_filters.fresh_flavor_throttle(self)
+        exc = self.assertRaises(
+            request.InvalidRequest, request.from_spec,
+            fakes.spec(extra_specs={'numa_overhead:max_nodes': '0'},
+                       hints={'numa_overhead_max_level': 'x'}), self.conf)
+        self.assertIn('hint numa_overhead_max_level', str(exc))

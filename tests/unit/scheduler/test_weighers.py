@@ -13,6 +13,7 @@
 import math
 from unittest import mock
 
+import fixtures
 from nova.scheduler import weights as nova_weights
 from nova.scheduler.weights import ram
 
@@ -119,11 +120,66 @@ class TestNUMAOverheadWeigher(fakes.NovaTestCase):
             [nova_weights.WeighedHost(h, 0.0) for h in hosts], fakes.spec())
         self.assertEqual([0.1, 0.1, 0.1, 0.5], raw)
 
-    def test_bad_request_gives_equal_weights(self):
+    def test_bad_hint_gives_equal_weights_with_a_warning(self):
+        warnings = self.useFixture(fixtures.FakeLogger(
+            name=weighers.__name__, level='WARNING'))
+        hosts = [fakes.host_state(h) for h in ('high', 'low')]
+        spec_obj = fakes.spec(hints={'numa_overhead_max_level': 'x'})
+        for _ in range(store_mod.LOG_BURST + 5):
+            self.assertEqual([0.0, 0.0],
+                             [w for _, w in self.weigh(hosts, spec_obj)])
+        # Throttled, as every request with the hint repeats it.
+        self.assertEqual(store_mod.LOG_BURST, warnings.output.count(
+            "NUMAOverheadWeigher gives every host the same weight: hint "
+            "numa_overhead_max_level: 'x' is not an integer"))
+
+    def test_bad_flavor_spec_weighs_as_the_defaults(self):
+        test_filters.fresh_flavor_throttle(self)
         hosts = [fakes.host_state(h) for h in ('high', 'low')]
         spec_obj = fakes.spec(extra_specs={'numa_overhead:policy': 'x'})
-        self.assertEqual([0.0, 0.0], [w for _, w in self.weigh(hosts,
-                                                               spec_obj)])
+        self.assertEqual([('low', 0.5), ('high', 0.111)],
+                         self.weigh(hosts, spec_obj))
+
+    def test_bad_option_gives_equal_weights_with_one_error(self):
+        hosts = [fakes.host_state(h) for h in ('high', 'low')]
+        for option, value in (('weight_of_unknown', '1.5'),
+                              ('default_policy', 'Local'),
+                              ('weight_multiplier', 'lots')):
+            if option == 'weight_multiplier':
+                self.conf.clear_override('weight_multiplier',
+                                         group='numa_overhead')
+            test_filters.load_bad_options(self, **{option: value})
+            errors = self.useFixture(fixtures.FakeLogger(
+                name=weighers.__name__, level='ERROR'))
+            self.weigher = weighers.NUMAOverheadWeigher()
+            for _ in range(3):
+                self.assertEqual([0.0, 0.0],
+                                 [w for _, w in self.weigh(hosts)])
+            self.assertEqual(1, errors.output.count(
+                'NUMAOverheadWeigher gives every host the same weight (bad '
+                '[numa_overhead] option: Value for option %s' % option))
+            self.assertNotIn('Traceback', errors.output)
+
+    def test_weight_of_unknown_is_not_read_when_off(self):
+        # Off (multiplier 0), it reads nothing it does not use.
+        self.conf.clear_override('weight_multiplier', group='numa_overhead')
+        test_filters.load_bad_options(self, weight_of_unknown='1.5')
+        errors = self.useFixture(fixtures.FakeLogger(name=weighers.__name__,
+                                                     level='ERROR'))
+        hosts = [fakes.host_state(h) for h in ('high', 'low')]
+        self.assertEqual([0.0, 0.0], [w for _, w in self.weigh(hosts)])
+        self.assertEqual('', errors.output)
+
+    def test_an_error_of_the_plugin_gives_equal_weights(self):
+        errors = self.useFixture(fixtures.FakeLogger(name=weighers.__name__,
+                                                     level='ERROR'))
+        hosts = [fakes.host_state(h) for h in ('high', 'low')]
+        with mock.patch.object(weighers.request, 'from_spec', autospec=True,
+                               side_effect=RuntimeError('boom')):
+            self.assertEqual([0.0, 0.0], [w for _, w in self.weigh(hosts)])
+        self.assertIn('NUMAOverheadWeigher gives every host the same weight '
+                      '(RuntimeError: boom)', errors.output)
+        self.assertIn('Traceback', errors.output)
 
     def test_weigh_single_object(self):
         self.assertEqual(0.5, self.weigher._weigh_object(
