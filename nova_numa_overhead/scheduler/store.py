@@ -96,11 +96,18 @@ def loggable(value) -> str:
     return '<unknown>'
 
 
-def _plan_overhead(view, bucket, policy, max_nodes):
-    if bucket > sum(view.free_mb):
-        return DOES_NOT_FIT
-    plan = planner.plan(view, bucket, policy, max_nodes)
-    return DOES_NOT_FIT if plan is None else plan.overhead
+def _plan_overhead(view, bucket, policy, max_nodes, memory_mb=None):
+    """The planned overhead of ``bucket`` MiB on ``view``; a bucket the
+    host cannot hold is planned at the request's own size (``memory_mb``,
+    up to half a bucket less), which it may.
+    """
+    for size in (bucket, memory_mb):
+        if size is None or size > sum(view.free_mb):
+            continue
+        plan = planner.plan(view, size, policy, max_nodes)
+        if plan is not None:
+            return plan.overhead
+    return DOES_NOT_FIT
 
 
 class _Throttle:
@@ -461,21 +468,24 @@ class ReportStore:
         return self.query(memory_mb, policy, max_nodes).overhead(
             host, free_ram_mb, num_instances)
 
-    def _lazy_overhead(self, entry, key):
+    def _lazy_overhead(self, entry, key, memory_mb=None):
         policy, max_nodes, index = key
-        return entry.cached(key, lambda: _plan_overhead(
-            entry.view, BUCKETS[index], policy, max_nodes))
+        return entry.cached(key + (memory_mb,), lambda: _plan_overhead(
+            entry.view, BUCKETS[index], policy, max_nodes, memory_mb))
 
-    def _corrected_overhead(self, entry, used_mb, guests, key):
+    def _corrected_overhead(self, entry, used_mb, guests, key,
+                            memory_mb=None):
         opts = self._opts
         penalty = opts.claim_penalty
         policy, max_nodes, index = key
 
         def compute():
             view = self._correct(entry.report, used_mb, guests, penalty)
-            return _plan_overhead(view, BUCKETS[index], policy, max_nodes)
+            return _plan_overhead(view, BUCKETS[index], policy, max_nodes,
+                                  memory_mb)
 
-        return entry.cached((used_mb, guests, penalty) + key, compute)
+        return entry.cached((used_mb, guests, penalty, memory_mb) + key,
+                            compute)
 
     def _correct(self, report, used_mb, guests, penalty):
         """The host's view after ``guests`` guests of ``used_mb`` in all."""
@@ -508,7 +518,7 @@ class Query:
     """The planned overhead of one request on any host, by look-up."""
 
     __slots__ = ('_store', '_entries', '_oldest', '_key', '_index',
-                 '_planned_key')
+                 '_planned_key', '_memory_mb')
 
     def __init__(self, store, memory_mb, policy, max_nodes):
         policy = _normal(policy)
@@ -517,6 +527,8 @@ class Query:
         self._oldest = store.clock() - store._opts.report_ttl
         self._index = planner.bucket_index(memory_mb)
         self._key = (policy, max_nodes, self._index)
+        # Planned at its own size where its bucket does not fit.
+        self._memory_mb = memory_mb
         # The agents' plans answer requests of their policy and max_nodes
         # (shared by the entries: compared by identity first).
         key = (policy, max_nodes)
@@ -546,15 +558,17 @@ class Query:
                 guests = max(1, (num_instances or 0) - entry.base_count)
                 return self._store._corrected_overhead(
                     entry, int(base - free_ram_mb),
-                    min(guests, MAX_CLAIMED_GUESTS), self._key)
+                    min(guests, MAX_CLAIMED_GUESTS), self._key,
+                    self._memory_mb)
         planned = entry.planned
         if planned is not None and (
                 entry.planned_key is self._planned_key or
-                entry.planned_key == self._planned_key):
-            index = self._index
-            return planned[index] / 1000 if index < len(planned) \
-                else DOES_NOT_FIT
-        return self._store._lazy_overhead(entry, self._key)
+                entry.planned_key == self._planned_key) and \
+                self._index < len(planned):
+            return planned[self._index] / 1000
+        # Past the agent's plans (its bucket does not fit), or planned for
+        # another policy: planned here.
+        return self._store._lazy_overhead(entry, self._key, self._memory_mb)
 
     def overheads(self, host_states) -> list:
         """:meth:`overhead` of every HostState, in order (the hot loop of
@@ -582,7 +596,7 @@ class Query:
             elif index < len(planned):
                 append(planned[index] / 1000)
             else:
-                append(DOES_NOT_FIT)
+                append(overhead(state.host, free, state.num_instances))
         return out
 
 

@@ -12,6 +12,7 @@
 
 import gc
 import tracemalloc
+from unittest import mock
 
 import fixtures
 
@@ -136,6 +137,28 @@ class TestReportStore(StoreTestCase):
         self.assertEqual(store_mod.DOES_NOT_FIT, self.lookup(memory_mb=4096))
         self.assertEqual(store_mod.DOES_NOT_FIT,
                          self.lookup(memory_mb=10 ** 7))
+
+    def test_a_request_is_not_refused_for_its_buckets_size(self):
+        # 3000 MiB free: 2100 MiB fit, though its bucket (3072) does not;
+        # from the agent's plans and planned here alike.
+        for policy in ('proportional', None):
+            self.store.ingest(base.make_report(
+                free_mb=1500, total_mb=4096, policy=policy,
+                seq=1 if policy else 2))
+            state = mock.Mock(host='host1', free_ram_mb=None,
+                              num_instances=None)
+            for lookup in (self.lookup, lambda memory_mb: self.store.query(
+                    memory_mb, 'proportional', 4).overheads([state])[0]):
+                self.assertNotEqual(store_mod.DOES_NOT_FIT,
+                                    lookup(memory_mb=2100), policy)
+                self.assertEqual(store_mod.DOES_NOT_FIT,
+                                 lookup(memory_mb=3100))
+        # Nova placed 500 MiB since: 2100 MiB still fit, 2600 no longer.
+        self.lookup(memory_mb=2100, free_ram_mb=8000, num_instances=0)
+        self.assertNotEqual(store_mod.DOES_NOT_FIT, self.lookup(
+            memory_mb=2100, free_ram_mb=7500, num_instances=1))
+        self.assertEqual(store_mod.DOES_NOT_FIT, self.lookup(
+            memory_mb=2600, free_ram_mb=7500, num_instances=1))
 
     def test_other_policies_are_planned_on_first_use(self):
         self.store.ingest(base.make_report(guests=[0, 2], mc=[0, 3],
