@@ -422,7 +422,8 @@ class Agent:
                     # A new QEMU (Nova's hard reboot, a start from the
                     # domain's config): the agent's live nodeset, pins and
                     # record went with the old one; Nova's XML is read
-                    # again.
+                    # again, and its counters start over.
+                    self.collector.restarted(domain.name)
                     self._learn(domain)
                     learned.add(domain.name)
             if not domain.pinned and not domain.metadata_error:

@@ -256,6 +256,15 @@ class Collector:
             state.window = samples.SlidingWindow(self.window_size)
         return state.window.add_sample(sample)
 
+    def restarted(self, name: str) -> None:
+        """A new QEMU runs the guest: its counters start over (its first
+        read is no sample, even if it already counted more than the old
+        one's last).
+        """
+        state = self.guests.get(name)
+        if state is not None:
+            state.last = state.delta = None
+
     def _misses_vcpus(self, name, cycles, counters, previous) -> bool:
         """Whether the cycles counted are far fewer than the vCPU threads
         ran (``vcpu_ns``, where the hypervisor tells it): the counters

@@ -246,3 +246,19 @@ class TestCountersMissingVcpus(base.TestCase):
         collector.update('unknown', self.read(0, 0), 0.0)
         self.assertTrue(collector.update('unknown', self.read(100, 0), 1.0))
         self.assertNotIn('miss its vCPUs', self.logger.output)
+
+
+class TestRestarted(base.TestCase):
+
+    def test_a_new_qemus_first_read_is_no_sample(self):
+        # Its counters already past the old QEMU's last read: no decrease
+        # tells the restart.
+        collector = collector_mod.Collector()
+        read = TestCountersMissingVcpus.read
+        collector.update('g', read(1000, 0), 0.0)
+        collector.restarted('g')
+        self.assertFalse(collector.update('g', read(5000, 0), 1.0))
+        self.assertIsNone(collector.guests['g'].delta)
+        self.assertTrue(collector.update('g', read(9000, 0), 2.0))
+        self.assertEqual(4000, collector.guests['g'].delta[1])
+        collector.restarted('unknown')
