@@ -49,6 +49,8 @@ SOFT_DIRTY = 1 << 55
 PFN_MASK = (1 << 55) - 1
 PAGE_SIZE = os.sysconf('SC_PAGE_SIZE')
 IDLE = 'idle'
+#: Pagemap entries read at once (32 KiB) while idle tracking starts.
+CHUNK_PAGES = 4096
 SOFT_DIRTY_MODE = 'soft-dirty'
 
 
@@ -134,29 +136,42 @@ def why(exc: OSError) -> str:
 
 def pagemap_entries(opener, addresses) -> list:
     """The raw 64-bit pagemap entry of each address (0 when unreadable)."""
-    entries = []
     with opener('pagemap', 'rb') as f:
-        for address in addresses:
-            f.seek(address // PAGE_SIZE * 8)
-            raw = f.read(8)
-            entries.append(struct.unpack('<Q', raw)[0] if len(raw) == 8
-                           else 0)
+        return pagemap_entries_of(f, addresses)
+
+
+def pagemap_entries_of(f, addresses) -> list:
+    """:func:`pagemap_entries` from an open ``pagemap``, a seek each."""
+    entries = []
+    for address in addresses:
+        f.seek(address // PAGE_SIZE * 8)
+        raw = f.read(8)
+        entries.append(struct.unpack('<Q', raw)[0] if len(raw) == 8 else 0)
     return entries
 
 
-def start(opener, addresses, bitmap: str = PAGE_IDLE_BITMAP,
+def start(opener, extents, bitmap: str = PAGE_IDLE_BITMAP,
           soft_dirty=None, frames=None) -> str | None:
-    """Start a tracking period for these pages; returns the mode used.
+    """Start a tracking period for the pages of these extents.
 
+    :param extents: ``(start, end, page_size)`` of each range of the
+        guest's RAM. Soft-dirty bits are cleared for the whole process at
+        once and never look at them; idle tracking walks their pages a
+        chunk at a time, so memory grows with the bitmap words it sets,
+        not with the guest.
+    :returns: the mode used, None when the kernel cannot tell.
     :raises OSError: a file of the process could not be used.
     """
     used = mode(bitmap, soft_dirty, frames)
     if used is None:
         return None
     if used == IDLE:
-        pfns = [e & PFN_MASK for e in pagemap_entries(opener, addresses)
-                if e & PRESENT and e & PFN_MASK]
-        _set_idle(pfns, bitmap)
+        words = {}
+        with opener('pagemap', 'rb') as f:
+            for first, end, page_size in extents:
+                for entries in _extent_entries(f, first, end, page_size):
+                    _add_frames(words, entries)
+        _set_idle(words, bitmap)
         return IDLE
     with opener('clear_refs', 'w') as f:
         f.write('4')
@@ -185,10 +200,36 @@ def cold(opener, addresses, bitmap: str = PAGE_IDLE_BITMAP,
             if e & PRESENT and not e & SOFT_DIRTY]
 
 
-def _set_idle(frames, bitmap):
-    words = {}
-    for pfn in frames:
-        words[pfn // 64] = words.get(pfn // 64, 0) | 1 << (pfn % 64)
+def _extent_entries(f, first: int, end: int, page_size: int):
+    """Chunks of the pagemap entries of the pages ``first``..``end``.
+
+    One entry per page of ``page_size`` (a huge page's is that of its
+    first base page), as :func:`pagemap_entries` reads them but without
+    the ones past the end of the file: base pages a read per
+    :data:`CHUNK_PAGES` entries, huge pages a read each (a chunk would
+    read the entries of their tail pages too).
+    """
+    pages = range(first, end, page_size)
+    for i in range(0, len(pages), CHUNK_PAGES):
+        chunk = pages[i:i + CHUNK_PAGES]
+        if page_size != PAGE_SIZE:
+            yield pagemap_entries_of(f, chunk)
+            continue
+        f.seek(chunk.start // PAGE_SIZE * 8)
+        raw = f.read(len(chunk) * 8)
+        whole = len(raw) // 8
+        yield struct.unpack('<%dQ' % whole, raw[:whole * 8])
+
+
+def _add_frames(words: dict, entries) -> None:
+    """Set the idle bit of the frame of each present page in ``words``."""
+    for entry in entries:
+        pfn = entry & PFN_MASK
+        if entry & PRESENT and pfn:
+            words[pfn // 64] = words.get(pfn // 64, 0) | 1 << (pfn % 64)
+
+
+def _set_idle(words: dict, bitmap: str) -> None:
     with open(bitmap, 'r+b') as f:
         for word, bits in sorted(words.items()):
             f.seek(word * 8)

@@ -382,17 +382,45 @@ def page_nodes(name: str, uuid: str, addresses: list) -> list:
                                                      None))
 
 
+def _check_extents(extents) -> list:
+    """``(start, end, page_size)`` triples of whole pages, or ValueError.
+
+    From the agent: a bad one must fail here, not make the helper walk
+    2**64 bytes' worth of page addresses.
+    """
+    checked = []
+    for extent in extents:
+        try:
+            start, end, page_size = extent
+        except (TypeError, ValueError):
+            raise ValueError('extent %r is not (start, end, page_size)'
+                             % (extent,))
+        if (not all(type(v) is int for v in (start, end, page_size)) or
+                page_size <= 0 or page_size % coldpages.PAGE_SIZE or
+                not 0 <= start < end <= 1 << 64):
+            raise ValueError('invalid extent %r' % (extent,))
+        checked.append((start, end, page_size))
+    return checked
+
+
 @numa_overhead_pctxt.entrypoint
-def track_pages(name: str, uuid: str, addresses: list) -> dict:
+def track_pages(name: str, uuid: str, extents: list) -> dict:
     """Start a cold-page tracking period (see :func:`coldpages.start`).
+
+    ``extents`` are the ``(start, end, page_size)`` of the guest's RAM
+    ranges, a few numbers a range whatever the guest's size: one call a
+    domain per period.
 
     Returns ``{'mode': mode or None, 'error': why not or ''}``: a kernel
     without the interfaces, or files this helper may not open (it does
     not run as QEMU's user), give no mode and the reason.
+
+    :raises ValueError: an extent is not one.
     """
+    extents = _check_extents(extents)
     with resolve(name, uuid) as qemu:
         try:
-            used = coldpages.start(qemu.open, addresses)
+            used = coldpages.start(qemu.open, extents)
         except OSError as exc:
             if isinstance(exc, (FileNotFoundError, ProcessLookupError)):
                 qemu.check()

@@ -268,8 +268,8 @@ def page_mover() -> pages.PageMover:
         move_pages=move_pages,
         cold_pages=lambda pid, addresses: coldpages.cold(opener(pid),
                                                          addresses),
-        track_pages=lambda pid, addresses: {
-            'mode': coldpages.start(opener(pid), addresses), 'error': ''})
+        track_pages=lambda pid, extents: {
+            'mode': coldpages.start(opener(pid), extents), 'error': ''})
 
 
 def fake_numad(test) -> subprocess.Popen:

@@ -39,8 +39,8 @@ class TestColdPages(base.TestCase):
         helper = self.useFixture(base.HelperFixture([(0, 64)])).helper
         addresses = helper.addresses()
         proc = helpers.opener(helper.pid)
-        self.assertEqual(coldpages.SOFT_DIRTY_MODE,
-                         coldpages.start(proc, addresses))
+        self.assertEqual(coldpages.SOFT_DIRTY_MODE, coldpages.start(
+            proc, [(helper.start, helper.end, helpers.PAGE)]))
         # The guest writes one page in every 8 MiB: with transparent huge
         # pages the kernel marks the whole 2 MiB page written.
         written = list(range(0, 64 * MIB, 8 * MIB))

@@ -11,13 +11,56 @@
 # under the License.
 
 import os
+import random
+import struct
 import subprocess
 import sys
+import tracemalloc
+
+from unittest import mock
 
 import fixtures
 import testtools
 
 from nova_numa_overhead.compute import coldpages
+
+GIB = 1 << 30
+
+
+def peak_bytes(call) -> int:
+    """The most memory Python held at once while ``call()`` ran."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def walk_forbidden():
+    """Extents whose pages must not be looked at."""
+    class Extents:
+        def __iter__(self):
+            raise AssertionError('the extents were walked')
+    return Extents()
+
+
+def start_per_page(opener, addresses, bitmap):
+    """Idle tracking's start as it was: a list of every address's
+    entry, a seek and read each, then the words of their frames.
+    """
+    pfns = [e & coldpages.PFN_MASK
+            for e in coldpages.pagemap_entries(opener, addresses)
+            if e & coldpages.PRESENT and e & coldpages.PFN_MASK]
+    words = {}
+    for pfn in pfns:
+        words[pfn // 64] = words.get(pfn // 64, 0) | 1 << (pfn % 64)
+    with open(bitmap, 'r+b') as f:
+        for word, bits in sorted(words.items()):
+            f.seek(word * 8)
+            f.write(struct.pack('<Q', bits))
+
 
 # 64 pages, all written once; then, when told, the first half again.
 CHILD = """
@@ -96,11 +139,42 @@ class TestSoftDirtyBits(testtools.TestCase):
         addresses = [i * page for i in range(4)]
         opener = coldpages.proc_opener(7, proc=tmp.path)
         self.assertEqual(coldpages.SOFT_DIRTY_MODE, coldpages.start(
-            opener, addresses, bitmap=tmp.join('x'), soft_dirty=True))
+            opener, [(0, 4 * page, page)], bitmap=tmp.join('x'),
+            soft_dirty=True))
         with open(os.path.join(pid_dir, 'clear_refs')) as f:
             self.assertEqual('4', f.read())
         self.assertEqual([0, 3 * page], coldpages.cold(
             opener, addresses, bitmap=tmp.join('x'), soft_dirty=True))
+
+    def test_start_clears_the_bits_once_without_walking_the_extents(self):
+        tmp = self.useFixture(fixtures.TempDir())
+        os.mkdir(tmp.join('7'))
+        opened = []
+
+        def opener(name, mode='r'):
+            opened.append((name, mode))
+            return open(tmp.join('7', name), mode)
+
+        self.assertEqual(coldpages.SOFT_DIRTY_MODE, coldpages.start(
+            opener, walk_forbidden(), bitmap=tmp.join('x'), soft_dirty=True))
+        self.assertEqual([('clear_refs', 'w')], opened)
+        with open(tmp.join('7', 'clear_refs')) as f:
+            self.assertEqual('4', f.read())
+
+    def test_a_64_gib_guest_costs_what_a_small_one_does(self):
+        # Before: a list of its 16M page addresses, in the helper and on
+        # the way to it.
+        tmp = self.useFixture(fixtures.TempDir())
+        os.mkdir(tmp.join('7'))
+        opener = coldpages.proc_opener(7, proc=tmp.path)
+        first = 0x7f0000000000
+        extents = [(first, first + 64 * GIB, coldpages.PAGE_SIZE),
+                   (first + 64 * GIB, first + 128 * GIB, 2 << 20)]
+        used = []
+        peak = peak_bytes(lambda: used.append(coldpages.start(
+            opener, extents, bitmap=tmp.join('x'), soft_dirty=True)))
+        self.assertEqual([coldpages.SOFT_DIRTY_MODE], used)
+        self.assertLess(peak, 64 * 1024)
 
 
 class TestIdleTracking(testtools.TestCase):
@@ -123,7 +197,7 @@ class TestIdleTracking(testtools.TestCase):
         addresses = [i * page for i in range(4)]
         opener = coldpages.proc_opener(42, proc=tmp.path)
         self.assertEqual(coldpages.IDLE, coldpages.start(
-            opener, addresses, bitmap=bitmap, frames=True))
+            opener, [(0, 4 * page, page)], bitmap=bitmap, frames=True))
         # The "kernel" clears the bit of frame 70: it was accessed.
         with open(bitmap, 'r+b') as f:
             f.seek(8)
@@ -143,3 +217,69 @@ class TestIdleTracking(testtools.TestCase):
             bitmap, soft_dirty=True, frames=False))
         self.assertIsNone(coldpages.mode(bitmap, soft_dirty=False,
                                          frames=False))
+
+    def test_start_sets_the_bits_the_per_page_walk_set(self):
+        tmp = self.useFixture(fixtures.TempDir())
+        page = coldpages.PAGE_SIZE
+        huge = 512 * page
+        rand = random.Random(42)
+        # Present or not, frame 0 or not, other flag bits set at random.
+        entries = []
+        for _ in range(13000):
+            flags = rand.getrandbits(8) << 55 & ~coldpages.PRESENT
+            if rand.random() < 0.75:
+                flags |= coldpages.PRESENT
+            pfn = 0 if rand.random() < 0.1 else rand.randrange(1, 1 << 15)
+            entries.append(flags | pfn)
+        os.mkdir(tmp.join('9'))
+        with open(tmp.join('9', 'pagemap'), 'wb') as f:
+            f.write(struct.pack('<%dQ' % len(entries), *entries))
+        opener = coldpages.proc_opener(9, proc=tmp.path)
+        # Base pages over several chunks; huge pages (their first base
+        # page's entry); base pages past the end of the file.
+        extents = [(0, 9000 * page, page),
+                   (9216 * page, 9216 * page + 4 * huge, huge),
+                   (12000 * page, 14000 * page, page)]
+        addresses = [a for start, end, size in extents
+                     for a in range(start, end, size)]
+        initial = rand.randbytes((1 << 15) // 8)
+        for chunk in (1, 7, coldpages.CHUNK_PAGES):
+            before, after = tmp.join('before'), tmp.join('after')
+            for path in (before, after):
+                with open(path, 'wb') as f:
+                    f.write(initial)
+            start_per_page(opener, addresses, before)
+            with mock.patch.object(coldpages, 'CHUNK_PAGES', chunk):
+                self.assertEqual(coldpages.IDLE, coldpages.start(
+                    opener, extents, bitmap=after, frames=True))
+            with open(before, 'rb') as f, open(after, 'rb') as g:
+                expected, got = f.read(), g.read()
+            self.assertNotEqual(initial, expected)
+            self.assertEqual(expected, got, 'chunks of %d' % chunk)
+
+    def test_start_streams_the_pagemap(self):
+        # A 1 GiB guest with four pages present: memory for the bitmap
+        # words and a chunk, not for its 256K pages (5 MiB as a list).
+        tmp = self.useFixture(fixtures.TempDir())
+        page = coldpages.PAGE_SIZE
+        pages = GIB // page
+        os.mkdir(tmp.join('5'))
+        with open(tmp.join('5', 'pagemap'), 'wb') as f:
+            f.truncate(pages * 8)
+            for index, pfn in ((0, 3), (1, 130), (pages // 2, 131),
+                               (pages - 1, 64 * 63)):
+                f.seek(index * 8)
+                f.write(struct.pack('<Q', coldpages.PRESENT | pfn))
+        bitmap = tmp.join('bitmap')
+        with open(bitmap, 'wb') as f:
+            f.write(b'\0' * 64 * 8)
+        opener = coldpages.proc_opener(5, proc=tmp.path)
+        used = []
+        peak = peak_bytes(lambda: used.append(coldpages.start(
+            opener, [(0, GIB, page)], bitmap=bitmap, frames=True)))
+        self.assertEqual([coldpages.IDLE], used)
+        self.assertLess(peak, 1 << 20)
+        with open(bitmap, 'rb') as f:
+            words = struct.unpack('<64Q', f.read())
+        self.assertEqual({0: 1 << 3, 2: 1 << 2 | 1 << 3, 63: 1},
+                         {i: w for i, w in enumerate(words) if w})

@@ -14,6 +14,7 @@ import errno
 import os
 import subprocess
 import sys
+import tracemalloc
 
 import fixtures
 import testtools
@@ -73,7 +74,7 @@ class TestPageMoverOnARealProcess(testtools.TestCase):
             page_nodes=lambda pid, a: mover.move_pages(pid, a, None),
             move_pages=move_pages,
             cold_pages=lambda pid, a: None,
-            track_pages=lambda pid, a: self.tracked.append(len(a)))
+            track_pages=lambda pid, extents: self.tracked.append(extents))
 
     def _stop(self):
         self.proc.stdin.close()
@@ -101,7 +102,11 @@ class TestPageMoverOnARealProcess(testtools.TestCase):
 
     def test_tracking_restarts_after_a_move(self):
         self.mover(self.domain, [(0, 0, 1)], None)
-        self.assertGreaterEqual(sum(self.tracked), 96 * 256)
+        # One call for the guest, with its RAM's extents.
+        self.assertEqual(1, len(self.tracked))
+        self.assertGreaterEqual(
+            sum((end - start) // size for start, end, size in self.tracked[0]),
+            96 * pages.MIB // pages.PAGE_SIZE)
 
     def test_page_budget_bounds_the_move(self):
         result = self.mover(self.domain, [(0, 0, 64)], 100)
@@ -210,7 +215,7 @@ class TestPartialMoves(testtools.TestCase):
             return {'requested': len(addresses), 'moved': len(addresses),
                     'failed': {}}
 
-        def track_pages(name, uuid, addresses):
+        def track_pages(name, uuid, extents):
             # What the oslo.privsep client raises when its daemon dies.
             raise OSError('Premature eof waiting for privileged process')
 
@@ -297,3 +302,78 @@ class TestPick(testtools.TestCase):
         picked = mover.pick(('g',), self.ranges, 0, 100)
         self.assertEqual(self.window(0)[:100], picked)
         self.assertEqual(pages.WINDOW_PAGES, len(self.scanned))
+
+
+class TestRestartTracking(testtools.TestCase):
+    """A tracking period starts with one helper call for the guest."""
+
+    START = 0x7f0000000000
+    GIB = 1 << 30
+
+    def setUp(self):
+        super().setUp()
+        self.calls = []
+        self.reply = {'mode': 'soft-dirty', 'error': ''}
+        # Nothing may list a range's page addresses on the way.
+        self.useFixture(fixtures.MockPatchObject(
+            numa_stat.Range, 'addresses', autospec=True,
+            side_effect=AssertionError('addresses listed')))
+
+    def track_pages(self, name, uuid, extents):
+        self.calls.append((name, uuid, extents))
+        return self.reply
+
+    def mover(self):
+        return pages.PageMover(
+            read_maps=lambda n, u: None, page_nodes=lambda n, u, a: [],
+            move_pages=lambda *a: None, cold_pages=lambda n, u, a: None,
+            track_pages=self.track_pages)
+
+    def range(self, start, size, page_size, end=True):
+        return numa_stat.Range(
+            start=start, policy='default', pages={0: size // page_size},
+            page_size=page_size, anon=True,
+            end=start + size if end else None)
+
+    def test_one_call_per_domain_with_the_extents(self):
+        huge = 2 << 20
+        ranges = [self.range(self.START, 8 * self.GIB, pages.PAGE_SIZE),
+                  # Not in maps (gone meanwhile): no extent to track.
+                  self.range(self.START + 9 * self.GIB, self.GIB,
+                             pages.PAGE_SIZE, end=False),
+                  self.range(self.START + 16 * self.GIB, 4 * self.GIB, huge)]
+        self.mover().restart_tracking(('guest', 'uuid'), ranges)
+        self.assertEqual(
+            [('guest', 'uuid',
+              [(self.START, self.START + 8 * self.GIB, pages.PAGE_SIZE),
+               (self.START + 16 * self.GIB, self.START + 20 * self.GIB,
+                huge)])],
+            self.calls)
+
+    def test_no_extents_no_call(self):
+        self.mover().restart_tracking(('guest', 'uuid'), [self.range(
+            self.START, self.GIB, pages.PAGE_SIZE, end=False)])
+        self.assertEqual([], self.calls)
+
+    def test_no_tracking_no_more_calls(self):
+        self.reply = {'mode': None, 'error': 'clear_refs: EACCES'}
+        mover = self.mover()
+        ranges = [self.range(self.START, self.GIB, pages.PAGE_SIZE)]
+        mover.restart_tracking(('guest', 'uuid'), ranges)
+        mover.restart_tracking(('guest', 'uuid'), ranges)
+        self.assertEqual(1, len(self.calls))
+        self.assertIsNone(mover.track_pages)
+
+    def test_a_64_gib_guest_costs_what_a_small_one_does(self):
+        # Before: its 16M page addresses, listed and sent to the helper.
+        ranges = [self.range(self.START, 64 * self.GIB, pages.PAGE_SIZE)]
+        mover = self.mover()
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            mover.restart_tracking(('guest', 'uuid'), ranges)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        self.assertEqual(1, len(self.calls))
+        self.assertLess(peak, 64 * 1024)

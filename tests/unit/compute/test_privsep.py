@@ -115,6 +115,10 @@ class FakeQemu(fixtures.Fixture):
         self.pid = self.child.pid
         self.touched = self.child.touched
         self.untouched = self.child.untouched
+        # The touched pages' range, as the agent gives it to track_pages.
+        self.extents = [(self.touched[0],
+                         self.touched[-1] + coldpages.PAGE_SIZE,
+                         coldpages.PAGE_SIZE)]
         self.host.pid_file(self.name, self.pid)
         self.dir = os.path.join(self.host.proc, str(self.pid))
         os.mkdir(self.dir)
@@ -344,7 +348,7 @@ class TestEntrypoints(testtools.TestCase):
 
     def test_cold_pages(self):
         name, uuid = self.qemu.identity
-        started = privsep.track_pages(name, uuid, self.qemu.touched)
+        started = privsep.track_pages(name, uuid, self.qemu.extents)
         if coldpages.soft_dirty_supported():
             self.assertEqual({'mode': coldpages.SOFT_DIRTY_MODE,
                               'error': ''}, started)
@@ -353,6 +357,21 @@ class TestEntrypoints(testtools.TestCase):
                                                 self.qemu.touched))
         else:
             self.assertIsNone(started['mode'])
+
+    def test_track_pages_takes_extents_not_addresses(self):
+        name, uuid = self.qemu.identity
+        page = coldpages.PAGE_SIZE
+        for bad in ([self.qemu.touched[0]], [(0, page)], [(page, 0, page)],
+                    [(0, page, 0)], [(0, page, page + 1)],
+                    [(0, 1 << 65, page)], [('0', page, page)]):
+            self.assertRaises(ValueError, privsep.track_pages, name, uuid,
+                              bad)
+        # What crosses the msgpack channel: lists, not tuples.
+        started = privsep.track_pages(name, uuid,
+                                      [list(e) for e in self.qemu.extents])
+        self.assertEqual(coldpages.SOFT_DIRTY_MODE
+                         if coldpages.soft_dirty_supported() else None,
+                         started['mode'])
 
     def test_qemu_exit_is_domain_gone_not_esrch(self):
         name, uuid = self.qemu.identity
@@ -442,7 +461,7 @@ class TestLeastPrivilege(DaemonTestCase):
         self.assertIn('numa_maps', privsep.read_maps(name, uuid))
         # pagemap and clear_refs are the owner's: cold pages work.
         self.assertEqual({'mode': coldpages.SOFT_DIRTY_MODE, 'error': ''},
-                         privsep.track_pages(name, uuid, qemu.touched))
+                         privsep.track_pages(name, uuid, qemu.extents))
         self.assertIsNotNone(privsep.cold_pages(name, uuid, qemu.touched))
         # Any process of another user, even one passing every identity
         # check, is the kernel's to refuse.
@@ -463,7 +482,7 @@ class TestLeastPrivilege(DaemonTestCase):
         moved = privsep.move_pages(name, uuid, qemu.touched, 0, 256)
         self.assertEqual(len(qemu.touched), moved['moved'])
         self.assertIn('numa_maps', privsep.read_maps(name, uuid))
-        started = privsep.track_pages(name, uuid, qemu.touched)
+        started = privsep.track_pages(name, uuid, qemu.extents)
         self.assertIsNone(started['mode'])
         self.assertIn('Permission denied (EACCES)', started['error'])
         self.assertIsNone(privsep.cold_pages(name, uuid, qemu.touched))
