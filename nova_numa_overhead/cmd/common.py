@@ -79,19 +79,19 @@ def bounded_int(low: int, high: int | None = None):
     return convert
 
 
-def seconds(high: float | None = None):
-    """An argparse type: a number of seconds from 0 to ``high``."""
+def seconds(high: float | None = None, low: float = 0.0):
+    """An argparse type: a number of seconds from ``low`` to ``high``."""
     def convert(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError('%r is not a number' % text)
         too_big = high is not None and value > high
-        if not 0 <= value < float('inf') or too_big:
+        if not low <= value < float('inf') or too_big:
             raise argparse.ArgumentTypeError(
-                'must be a number of seconds from 0 to %g, not %s'
-                % (high, text) if high is not None else
-                'must be a number of seconds >= 0, not %s' % text)
+                'must be a number of seconds from %g to %g, not %s'
+                % (low, high, text) if high is not None else
+                'must be a number of seconds >= %g, not %s' % (low, text))
         return value
     convert.__name__ = 'seconds'
     return convert
@@ -160,13 +160,86 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-def check_broker(url: str | None, timeout: float = BROKER_TIMEOUT) -> None:
+# [oslo_messaging_rabbit] ssl_version as oslo.messaging's rabbit driver
+# reads it (lower-cased), and the ssl module's protocol it stands for.
+_SSL_VERSIONS = {'tlsv1': 'PROTOCOL_TLSv1', 'sslv23': 'PROTOCOL_SSLv23',
+                 'sslv2': 'PROTOCOL_SSLv2', 'sslv3': 'PROTOCOL_SSLv3',
+                 'tlsv1_1': 'PROTOCOL_TLSv1_1',
+                 'tlsv1_2': 'PROTOCOL_TLSv1_2'}
+
+
+def _rabbit_ssl(conf, parsed, url: str):
+    """The ``ssl`` argument oslo.messaging's rabbit driver would give
+    kombu, which hands it to py-amqp as is: False, True or a dict of TLS
+    options (``server_hostname`` left out: it depends on the host).
+
+    Its ``[oslo_messaging_rabbit]`` options (when registered on ``conf``:
+    the driver registers them when it loads) with the URL's query over
+    them (``?ssl=1&ssl_ca_file=...``), as the driver reads them.
+
+    :raises CommandError: a bad value, or a TLS file it cannot read.
+    """
+    import ssl
+
+    from oslo_config import cfg
+    from oslo_config import types
+
+    def option(name, default):
+        if name in parsed.query:
+            value = parsed.query[name]
+            try:
+                return types.Boolean()(value) if name == 'ssl' else value
+            except ValueError as exc:
+                raise CommandError('bad transport URL %s: %s: %s'
+                                   % (redact(url), name, exc), EXIT_USAGE)
+        try:
+            return conf.oslo_messaging_rabbit[name]
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+            return default
+        except ValueError as exc:
+            raise CommandError('configuration error: [oslo_messaging_rabbit]'
+                               ' %s: %s' % (name, exc), EXIT_USAGE)
+
+    if not option('ssl', False):
+        return False
+    params = {}
+    version = option('ssl_version', '')
+    if version:
+        protocol = getattr(ssl, _SSL_VERSIONS.get(version.lower(), ''), None)
+        if protocol is None:
+            raise CommandError('configuration error: [oslo_messaging_rabbit]'
+                               ' ssl_version: %r is not one of %s'
+                               % (version, ', '.join(sorted(_SSL_VERSIONS))),
+                               EXIT_USAGE)
+        params['ssl_version'] = protocol
+    for key, name in (('keyfile', 'ssl_key_file'),
+                      ('certfile', 'ssl_cert_file'),
+                      ('ca_certs', 'ssl_ca_file')):
+        path = option(name, '')
+        if not path:
+            continue
+        # ssl's own error would not name the file.
+        if not os.access(path, os.R_OK):
+            raise CommandError('configuration error: [oslo_messaging_rabbit]'
+                               ' %s: cannot read %s' % (name, path),
+                               EXIT_USAGE)
+        params[key] = path
+    if 'ca_certs' in params:
+        params['cert_reqs'] = ssl.CERT_REQUIRED
+    return params or True
+
+
+def check_broker(url: str | None, timeout: float = BROKER_TIMEOUT,
+                 conf=None) -> None:
     """Fail fast when the broker of ``url`` does not answer or refuses us.
 
     oslo.messaging retries a broker that is down forever, and reports bad
     credentials from a background thread: a command would hang or print a
     traceback. Only ``rabbit://`` URLs are checked (AMQP login with the
-    URL's credentials and virtual host); any other URL passes.
+    URL's credentials and virtual host, over TLS as oslo.messaging would
+    connect: ``ssl`` in the URL's query or in ``[oslo_messaging_rabbit]``
+    of ``conf``, the global ``cfg.CONF`` by default); any other URL
+    passes.
 
     :raises CommandError: naming the URL (password hidden) and the reason.
     """
@@ -174,23 +247,29 @@ def check_broker(url: str | None, timeout: float = BROKER_TIMEOUT) -> None:
         return
     from oslo_config import cfg
     import oslo_messaging as messaging
+    conf = cfg.CONF if conf is None else conf
     try:
-        parsed = messaging.TransportURL.parse(cfg.CONF, url)
+        parsed = messaging.TransportURL.parse(conf, url)
     except (messaging.InvalidTransportURL, ValueError) as exc:
         raise CommandError('bad transport URL %s: %s' % (redact(url), exc),
                            EXIT_USAGE)
     if parsed.transport not in ('rabbit', 'amqp'):
         return
     import amqp
+    tls = _rabbit_ssl(conf, parsed, url)
     vhost = parsed.virtual_host or '/'
     errors = []
     for host in parsed.hosts or [messaging.TransportHost()]:
         user = host.username or 'guest'
         where = '%s:%d' % (host.hostname or 'localhost', host.port or 5672)
+        ssl_arg = tls
+        if isinstance(tls, dict) and 'ca_certs' in tls:
+            # As the driver: with a CA, the broker's name is checked.
+            ssl_arg = dict(tls, server_hostname=host.hostname or 'localhost')
         conn = amqp.Connection(
             where, userid=user, password=host.password or 'guest',
             virtual_host=vhost, connect_timeout=timeout,
-            read_timeout=timeout, write_timeout=timeout)
+            read_timeout=timeout, write_timeout=timeout, ssl=ssl_arg)
         try:
             conn.connect()
             return

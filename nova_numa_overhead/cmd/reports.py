@@ -45,6 +45,8 @@ WIDTH = 80
 DEFAULT_MEMORY_MB = 4096
 DEFAULT_WAIT = 5.0
 DEFAULT_WATCH = 5.0
+#: Shortest --watch period: 0 would redraw the table in a busy loop.
+MIN_WATCH = 1.0
 
 
 def add_parser(subparsers):
@@ -75,10 +77,11 @@ def add_parser(subparsers):
         help='how long to listen before showing the hosts (default: %g)'
              % DEFAULT_WAIT)
     parser.add_argument(
-        '--watch', type=common.seconds(3600), nargs='?',
+        '--watch', type=common.seconds(3600, low=MIN_WATCH), nargs='?',
         const=DEFAULT_WATCH, metavar='SECONDS',
         help='keep listening and show the hosts again every SECONDS '
-             '(default: %g) until interrupted' % DEFAULT_WATCH)
+             '(default: %g, at least %g) until interrupted'
+             % (DEFAULT_WATCH, MIN_WATCH))
     parser.add_argument(
         '--no-sync', dest='sync', action='store_false',
         help='do not ask the agents for a fresh report: wait for their '
@@ -163,23 +166,25 @@ class Listener:
         for host, (report, arrived) in sorted(heard.items()):
             age = now - arrived + report.age
             planned = query.overhead(host)
-            if planned is store_mod.UNKNOWN:
-                fresh, shown = False, None
+            fresh = planned is not store_mod.UNKNOWN
+            shown = None if not fresh or planned == store_mod.DOES_NOT_FIT \
+                else round(planned, 2)
+            # As the filter: without a limit every host passes, unknown
+            # ones too; unknown_host counts only when a limit applies.
+            if limit is None:
+                passes, why = True, ('no limit' if fresh else
+                                     'older than report_ttl: unknown, '
+                                     'no limit')
+            elif not fresh:
                 passes = opts.unknown_host == 'pass'
                 why = 'older than report_ttl: unknown, unknown_host=%s' % (
                     opts.unknown_host)
+            elif planned > limit:
+                passes = False
+                why = ('no room for %d MiB' % memory_mb if shown is None
+                       else 'above max_level %d' % limit)
             else:
-                fresh = True
-                shown = None if planned == store_mod.DOES_NOT_FIT \
-                    else round(planned, 2)
-                if limit is None:
-                    passes, why = True, 'no limit'
-                elif planned > limit:
-                    passes = False
-                    why = ('no room for %d MiB' % memory_mb if shown is None
-                           else 'above max_level %d' % limit)
-                else:
-                    passes, why = True, 'within max_level %d' % limit
+                passes, why = True, 'within max_level %d' % limit
             rows.append({
                 'host': host,
                 'agent_id': report.agent_id,
@@ -297,7 +302,7 @@ def run(args) -> int:
     _logging(args.debug)
     conf = load_conf(args.config_file, args.transport_url)
     transport, url = _transport(conf)
-    common.check_broker(url)
+    common.check_broker(url, conf=conf)
     opts = conf.numa_overhead
     limit = args.max_level if args.max_level is not None else opts.max_level
     header = {'topic': opts.report_topic, 'url': common.redact(url),

@@ -77,9 +77,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help='libvirt URI (default: [numa_overhead_agent] connection_uri '
              'of the --config-file, else qemu:///system)')
     parser.add_argument(
-        '--config-file', metavar='PATH', action='append', default=[],
+        '--config-file', metavar='PATH', action='append', default=None,
         help='nova.conf to read thresholds and policies from (repeatable; '
-             'default: none, built-in defaults)')
+             'default: oslo.config\'s search for nova.conf, e.g. '
+             '/etc/nova/nova.conf, as the agent)')
     parser.add_argument('--format', choices=('table', 'json'),
                         default='table', help='output format (default: '
                                               'table)')
@@ -288,7 +289,11 @@ class _AdvisoryConf:
 
 
 def load_conf(files) -> cfg.ConfigOpts:
-    """The agent's options from ``files`` (none: defaults), validated.
+    """The agent's options from ``files``, validated.
+
+    ``files`` None: oslo.config's search for nova.conf (~/.nova/nova.conf,
+    /etc/nova/nova.conf, ...) and the agent's own files, as the agent
+    started without ``--config-file`` reads them.
 
     :raises ConfigError: naming the file or option.
     """
@@ -301,11 +306,16 @@ def load_conf(files) -> cfg.ConfigOpts:
         conf.register_opts(opts, group=group.name)
     conf.register_opt(cfg.StrOpt('host', default=socket.gethostname()))
     argv = []
-    for path in files:
+    for path in files or ():
         argv.extend(['--config-file', path])
+    default_files, default_dirs = [], []
+    if files is None:
+        default_files = cfg.find_config_files('nova', agent_cmd.PROG)
+        default_dirs = cfg.find_config_dirs('nova', agent_cmd.PROG)
     try:
-        conf(argv, project='nova', prog=PROG, default_config_files=[],
-             default_config_dirs=[])
+        conf(argv, project='nova', prog=PROG,
+             default_config_files=default_files,
+             default_config_dirs=default_dirs)
         agent_cmd.validate(conf)
     except (cfg.Error, ValueError) as exc:
         raise ConfigError(str(exc))
@@ -425,22 +435,28 @@ def _sources(agent, hv) -> dict:
     monitored = len(hv.monitored & set(agent.domains))
     est = agent.estimator_topology
     latency, bandwidth = bool(est.latency_ns), bool(est.bandwidth_mbps)
+    path = agent.opts.topology_file or None
+    ignored = None
     if topology.latency_ns or topology.bandwidth_mbps:
-        matrix = 'hypervisor'
+        matrix, path = 'hypervisor', None
     elif latency or bandwidth:
         matrix = 'probe'
     else:
         matrix = 'slit'
+        if path:
+            ignored = _topology_file_problem(path, topology)
     return {
         'perf': {'available': perf > 0, 'guests': perf, 'llc_guests': llc},
         'stalled_cycles': {'available': stalls > 0, 'guests': stalls},
         'resctrl': {'available': monitored > 0, 'guests': monitored,
                     'measured_guests': measured,
                     'error': hv.bandwidth_error},
+        # topology_file: the file configured (None with the hypervisor's
+        # matrix, which the agent takes first); ignored: why the agent
+        # keeps SLIT instead of it.
         'matrix': {'source': matrix, 'latency': latency,
-                   'bandwidth': bandwidth,
-                   'topology_file': (agent.opts.topology_file
-                                     if matrix == 'probe' else None)},
+                   'bandwidth': bandwidth, 'topology_file': path,
+                   'ignored': ignored},
         # MiB of L3 cache per node from the capabilities' cache banks;
         # None where they list none (the cost model then assumes
         # LLC_VCPUS_PER_CORE working sets per core).
@@ -448,6 +464,28 @@ def _sources(agent, hv) -> dict:
                    for node in topology.nodes],
         'node_cpus': [len(node.cpus) for node in topology.nodes],
     }
+
+
+def _topology_file_problem(path: str, topology) -> str:
+    """Why the agent uses SLIT rather than ``topology_file`` ``path`` on
+    this host: the file read again as the agent reads it.
+    """
+    from nova_numa_overhead.compute import probe
+    cpu_less = [n.id for n in topology.nodes if not n.cpus]
+    try:
+        matrix = probe.load(path, nodes=[n.id for n in topology.nodes],
+                            cpu_less=cpu_less)
+        if matrix is None:
+            return 'it does not exist'
+        probe.as_topology_args(matrix, cpu_less)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    except ValueError as exc:
+        reason = common.one_line(exc)
+        # The probe's messages start with the path, already named.
+        prefix = '%s: ' % path
+        return reason[len(prefix):] if reason.startswith(prefix) else reason
+    return 'no matrix in it'
 
 
 def _guest(conf, agent, name: str, decision, size: int, hv) -> dict:
@@ -917,11 +955,15 @@ def _sources_text(sources: dict) -> str:
     matrix = sources['matrix']
     measured = ' and '.join(kind for kind in ('latency', 'bandwidth')
                             if matrix[kind])
+    slit = 'SLIT distances only (%s)' % (
+        'topology_file %s ignored: %s' % (matrix['topology_file'],
+                                          matrix['ignored'])
+        if matrix.get('ignored') else 'no probe')
     parts.append('node matrix %s' % {
         'probe': '%s measured by the probe (%s)' % (
             measured, matrix['topology_file']),
         'hypervisor': '%s from the hypervisor' % measured,
-        'slit': 'SLIT distances only (no probe)'}[matrix['source']])
+        'slit': slit}[matrix['source']])
     # Nodes without CPUs (memory-only) have no LLC of their own.
     llc = [size for size, cpus in zip(sources.get('llc_mb') or [],
                                       sources.get('node_cpus') or [])

@@ -11,9 +11,13 @@
 # under the License.
 """Options of the ``[numa_overhead_agent]`` group (the compute agent)."""
 
+import math
+
 from oslo_config import cfg
+from oslo_config import types
 
 from nova_numa_overhead.conf import base
+from nova_numa_overhead.conf import numa_overhead
 from nova_numa_overhead.overhead import classifier
 from nova_numa_overhead.overhead import estimator
 from nova_numa_overhead.overhead import samples
@@ -35,6 +39,16 @@ low-overhead nodes when it starts and rebalances it periodically.
 PRODUCTION = {
     'enforcement': 'pages',
 }
+
+
+# Host presets of the simulator (``sim_host``), with what they are.
+SIM_HOSTS = [
+    ('ibm-x3850-2s', 'IBM x3850 X5, 2 sockets (Liu & Li)'),
+    ('ibm-x3850-4s', 'IBM x3850 X5, 4 sockets (Liu & Li)'),
+    ('ibm-x3850-8s', 'IBM x3850 X5, 8 sockets (Liu & Li)'),
+    ('intel-e5-4610', '4-node Xeon E5-4610 (vTRMS platform A)'),
+    ('amd-6376', '8-node Opteron 6376 (vTRMS platform B)'),
+]
 
 
 def _thresholds(name, default, what):
@@ -96,6 +110,10 @@ Related options:
     cfg.StrOpt(
         'sim_host',
         default='ibm-x3850-4s',
+        # The presets of nova_numa_overhead.sim.presets.HOSTS (a test
+        # keeps them in step), not imported: it needs numpy, which
+        # nova-scheduler reading these options may not have.
+        choices=SIM_HOSTS,
         help="""
 Host preset simulated when ``hypervisor = sim``.
 
@@ -759,12 +777,63 @@ def thresholds(conf) -> estimator.Thresholds:
                                 rml=opts.rml_thresholds)
 
 
+def _is_float(opt) -> bool:
+    """A float option, or a list of floats."""
+    kind = opt.type
+    if isinstance(kind, types.List):
+        kind = kind.item_type
+    return isinstance(kind, types.Float)
+
+
+def check_finite(conf) -> None:
+    """Refuse NaN and infinity in every float option of the plugin's
+    groups: oslo.config's ``min``/``max`` let them through (a comparison
+    with NaN is false).
+
+    :raises ValueError: naming the option.
+    """
+    for group, opts in ((numa_overhead.GROUP.name, numa_overhead.OPTS),
+                        (GROUP.name, OPTS)):
+        for opt in opts:
+            if not _is_float(opt):
+                continue
+            value = conf[group][opt.name]
+            values = value if isinstance(value, list) else [value]
+            bad = [v for v in values if v is not None and
+                   not math.isfinite(v)]
+            if bad:
+                raise ValueError('[%s] %s: %s is not a finite number'
+                                 % (group, opt.name, bad[0]))
+
+
+def check_simulator(conf) -> None:
+    """With ``hypervisor = sim``, a ``sim_scenario`` that is built in.
+
+    :raises ValueError: naming the option and the known scenarios.
+    """
+    opts = conf.numa_overhead_agent
+    if opts.hypervisor != 'sim':
+        return
+    try:
+        from nova_numa_overhead.sim import scenarios
+    except ImportError as exc:
+        raise ValueError('[numa_overhead_agent] hypervisor = sim: cannot '
+                         'load the simulator: %s' % exc)
+    known = scenarios.builtin()
+    if opts.sim_scenario not in known:
+        raise ValueError('[numa_overhead_agent] sim_scenario: unknown '
+                         'scenario %r (built-in ones: %s)'
+                         % (opts.sim_scenario, ', '.join(sorted(known))))
+
+
 def check(conf) -> None:
     """Cross-option checks oslo.config cannot express.
 
     :raises ValueError: naming the option and the problem.
     """
     opts = conf.numa_overhead_agent
+    check_finite(conf)
+    check_simulator(conf)
     try:
         thresholds(conf)
     except ValueError as exc:

@@ -65,6 +65,10 @@ def check_thresholds(name: str, thresholds: Sequence[float]) -> tuple:
     values = tuple(float(t) for t in thresholds)
     if not values:
         raise ValueError('%s thresholds: at least one value needed' % name)
+    # NaN would pass the order checks below (its comparisons are false).
+    if not all(-float('inf') < v < float('inf') for v in values):
+        raise ValueError('%s thresholds must be finite numbers: %s'
+                         % (name, ', '.join(str(v) for v in values)))
     if any(b <= a for a, b in zip(values, values[1:])):
         raise ValueError('%s thresholds must be strictly ascending: %s'
                          % (name, ', '.join(str(v) for v in values)))

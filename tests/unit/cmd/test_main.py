@@ -21,6 +21,7 @@ import io
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -248,6 +249,56 @@ class TestCommon(base.TestCase):
     def test_other_transports_are_not_checked(self):
         common.check_broker('fake://')
         common.check_broker(None)
+
+    def broker_ssl(self, url):
+        """The ``ssl`` the broker check gives py-amqp for ``url``."""
+        common.check_broker(url, conf=self.conf)
+        return self.amqp_connection.call_args.kwargs['ssl']
+
+    def test_broker_check_over_tls_as_oslo_messaging(self):
+        from oslo_messaging import conffixture
+        self.useFixture(conffixture.ConfFixture(self.conf))
+        self.amqp_connection = self.useFixture(fixtures.MockPatch(
+            'amqp.Connection', autospec=True)).mock
+        url = 'rabbit://u:p@rabbit.example.org:5671/'
+        self.assertFalse(self.broker_ssl(url))
+        self.assertTrue(self.broker_ssl(url + '?ssl=1'))
+        self.assertFalse(self.broker_ssl(url + '?ssl=false'))
+        # [oslo_messaging_rabbit], its files as the driver gives them.
+        tmp = self.useFixture(fixtures.TempDir()).path
+        files = {}
+        for name in ('ca', 'cert', 'key'):
+            files[name] = os.path.join(tmp, name + '.pem')
+            with open(files[name], 'w') as f:
+                f.write('-')
+        self.flags(group='oslo_messaging_rabbit', ssl=True,
+                   ssl_ca_file=files['ca'], ssl_cert_file=files['cert'],
+                   ssl_key_file=files['key'])
+        self.assertEqual({'ca_certs': files['ca'],
+                          'cert_reqs': ssl.CERT_REQUIRED,
+                          'server_hostname': 'rabbit.example.org',
+                          'certfile': files['cert'],
+                          'keyfile': files['key']}, self.broker_ssl(url))
+        # The URL's query over the options, as oslo.messaging reads it.
+        self.assertFalse(self.broker_ssl(url + '?ssl=0'))
+
+    def test_broker_check_tls_errors_are_one_line(self):
+        from oslo_messaging import conffixture
+        self.useFixture(conffixture.ConfFixture(self.conf))
+        url = 'rabbit://u:p@localhost:5671/'
+        exc = self.assertRaises(common.CommandError, common.check_broker,
+                                url + '?ssl=maybe', conf=self.conf)
+        self.assertEqual(common.EXIT_USAGE, exc.code)
+        self.assertIn('ssl', str(exc))
+        self.assertNotIn(':p@', str(exc))
+        self.flags(group='oslo_messaging_rabbit', ssl=True,
+                   ssl_ca_file='/nonexistent/ca.pem')
+        exc = self.assertRaises(common.CommandError, common.check_broker,
+                                url, conf=self.conf)
+        self.assertEqual(common.EXIT_USAGE, exc.code)
+        self.assertEqual('configuration error: [oslo_messaging_rabbit] '
+                         'ssl_ca_file: cannot read /nonexistent/ca.pem',
+                         str(exc))
 
 
 class TestConsoleScripts(base.TestCase):

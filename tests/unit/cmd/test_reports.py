@@ -113,6 +113,17 @@ class TestListener(base.TestCase):
         self.assertIn('Stale (older than report_ttl, so unknown to the '
                       'filter and weigher): cmp-old.', text)
 
+    def test_a_stale_host_passes_without_a_limit(self):
+        # As the filter: unknown_host counts only when a limit applies.
+        self.flags(unknown_host='fail')
+        self.publish(host='cmp-old')
+        self.wait_for('cmp-old')
+        self.clock.now += 181
+        row = self.listener.hosts(4096, limit=None)[0]
+        self.assertFalse(row['fresh'])
+        self.assertEqual(('passes', 'older than report_ttl: unknown, no '
+                          'limit'), (row['filter'], row['why']))
+
     def test_a_bad_report_is_counted_not_shown(self):
         self.listener.report({}, {'host': 'cmp-x', 'version': '9.0'})
         self.assertEqual(1, self.listener.rejected)
@@ -180,6 +191,18 @@ class TestCommand(base.TestCase):
             '--config-file', self.conf_file('[DEFAULT]\n'),
             '--transport-url', 'rabbit://guest:guest@127.0.0.1:notaport/'))
         self.assertIn('notaport', self.one_line())
+
+    def test_watch_needs_at_least_a_second(self):
+        # 0 would redraw the table in a busy loop: refused before it runs.
+        self.useFixture(fixtures.MockPatch(
+            'nova_numa_overhead.cmd.reports.run', autospec=True,
+            return_value=0))
+        for value in ('0', '0.5'):
+            self.stderr.seek(0)
+            self.stderr.truncate()
+            self.assertEqual(2, self.run_main('--watch', value))
+            self.assertIn('--watch: must be a number of seconds from 1 to '
+                          '3600, not %s' % value, self.one_line())
 
     def test_bad_configuration(self):
         path = self.conf_file('[numa_overhead]\nunknown_host = maybe\n')

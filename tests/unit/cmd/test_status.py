@@ -54,6 +54,10 @@ class StatusTestCase(base.TestCase):
             fixtures.MonkeyPatch('sys.stdout', io.StringIO())).new_value
         self.stderr = self.useFixture(
             fixtures.MonkeyPatch('sys.stderr', io.StringIO())).new_value
+        # Without --config-file status reads ~/.nova/nova.conf: not the
+        # developer's.
+        self.home = self.useFixture(fixtures.TempDir()).path
+        self.useFixture(fixtures.EnvironmentVariable('HOME', self.home))
 
     def run_status(self, *argv):
         return status.run(parse(*argv))
@@ -180,7 +184,8 @@ class TestOnLibvirt(StatusTestCase):
              'resctrl': {'available': False, 'guests': 0,
                          'measured_guests': 0, 'error': None},
              'matrix': {'source': 'slit', 'latency': False,
-                        'bandwidth': False, 'topology_file': None},
+                        'bandwidth': False, 'topology_file': None,
+                        'ignored': None},
              'llc_mb': [None, None], 'node_cpus': [8, 8]},
             data['sources'])
         self.assertFalse(floating['bandwidth_monitor'])
@@ -379,6 +384,21 @@ class TestOnLibvirt(StatusTestCase):
         self.assertEqual(before, self.floating.numaParameters())
         perf = self.floating.perfEvents()
         self.assertFalse(any(perf.values()), perf)
+
+    def test_without_config_file_nova_conf_is_read(self):
+        # As the agent: oslo.config's search for nova.conf.
+        os.mkdir(os.path.join(self.home, '.nova'))
+        with open(os.path.join(self.home, '.nova', 'nova.conf'), 'w') as f:
+            f.write('[DEFAULT]\nhost = cmp-9\n'
+                    '[numa_overhead_agent]\nenforcement = pages\n'
+                    'rml_thresholds = 100\n')
+        rc = self.run_status('--connect', URI, '--format', 'json',
+                             '--sample', '0')
+        self.assertEqual(0, rc, self.stderr.getvalue())
+        data = json.loads(self.stdout.getvalue())
+        self.assertEqual('cmp-9', data['host'])
+        self.assertEqual('pages', data['agent']['enforcement'])
+        self.assertEqual([100.0], data['thresholds']['rml'])
 
     def test_default_first_placement_is_local(self):
         # As test_json, without remote_placement: the floating guest's
@@ -627,7 +647,8 @@ class TestOnAFakeHost(StatusTestCase):
              'resctrl': {'available': False, 'guests': 0,
                          'measured_guests': 0, 'error': None},
              'matrix': {'source': 'slit', 'latency': False,
-                        'bandwidth': False, 'topology_file': None},
+                        'bandwidth': False, 'topology_file': None,
+                        'ignored': None},
              'llc_mb': [None] * 4, 'node_cpus': [8] * 4},
             data['sources'])
         text = ' '.join(status.render(data).split())
@@ -723,11 +744,41 @@ class TestOnAFakeHost(StatusTestCase):
         self.flags(group='numa_overhead_agent', topology_file=path)
         data = self.collect()
         self.assertEqual({'source': 'probe', 'latency': True,
-                          'bandwidth': True, 'topology_file': path},
+                          'bandwidth': True, 'topology_file': path,
+                          'ignored': None},
                          data['sources']['matrix'])
         self.assertIn('node matrix latency and bandwidth measured by the '
                       'probe (%s);' % path,
                       ' '.join(status.render(data).split()))
+
+    def test_unusable_topology_file_is_said_ignored(self):
+        from nova_numa_overhead.compute import probe
+        tmp = self.useFixture(fixtures.TempDir()).path
+        bad = os.path.join(tmp, 'bad.json')
+        with open(bad, 'w') as f:
+            f.write('{"garbage": 1}')
+        missing = os.path.join(tmp, 'missing.json')
+        # Measured on another host, of 2 nodes.
+        other = os.path.join(tmp, 'other.json')
+        probe.save(probe.Matrix(latency_ns=[[100.0, 200.0], [200.0, 100.0]],
+                                bandwidth_mbps=[[1e4, 4e3], [4e3, 1e4]],
+                                nodes=[0, 1], measured_at='2026-11-22',
+                                size_mb=256, bandwidth_streams=[8, 8]),
+                   other)
+        for path, reason in (
+                (missing, 'it does not exist'),
+                (bad, 'unsupported version None (expected 1 or 2)'),
+                (other, 'measured on nodes [0, 1] but the host has nodes '
+                        '[0, 1, 2, 3]: run the probe again')):
+            self.flags(group='numa_overhead_agent', topology_file=path)
+            data = self.collect()
+            self.assertEqual({'source': 'slit', 'latency': False,
+                              'bandwidth': False, 'topology_file': path,
+                              'ignored': reason},
+                             data['sources']['matrix'])
+            self.assertIn('node matrix SLIT distances only (topology_file '
+                          '%s ignored: %s);' % (path, reason),
+                          ' '.join(status.render(data).split()))
 
     def test_matrix_from_the_hypervisor(self):
         self.hv._topology = dataclasses.replace(
@@ -736,7 +787,8 @@ class TestOnAFakeHost(StatusTestCase):
                 for i in range(4)))
         data = self.collect()
         self.assertEqual({'source': 'hypervisor', 'latency': True,
-                          'bandwidth': False, 'topology_file': None},
+                          'bandwidth': False, 'topology_file': None,
+                          'ignored': None},
                          data['sources']['matrix'])
         self.assertIn('node matrix latency from the hypervisor',
                       ' '.join(status.render(data).split()))
