@@ -142,10 +142,16 @@ case "${1:-}" in
         install_debian_packages test
         install_python_packages
         ensure_rabbitmq
+        out=$(mktemp)
+        numa_list=$(mktemp)
+        cloud_log=$(mktemp)
+        cloud_install=
+        # Whatever ends the run (a lint failure included), the background
+        # install below is waited for: no apt or pip left running.
+        trap 'if [ -n "$cloud_install" ]; then wait "$cloud_install"; fi
+              rm -f "$out" "$numa_list" "$cloud_log"' EXIT
         # The cloud's packages install while the unit tests run; the
         # integration tests wait for them (both use RabbitMQ and time).
-        cloud_install=
-        cloud_log=$(mktemp)
         if [ -z "${NUMA_OVERHEAD_SKIP_CLOUD:-}" ] && [ "$(id -u)" -eq 0 ]
         then
             (install_debian_packages cloud &&
@@ -155,9 +161,6 @@ case "${1:-}" in
         log "flake8 + hacking"
         "$venv/bin/flake8" nova_numa_overhead tests benchmarks tools/cloud
         log "tests: unit, integration (RabbitMQ), functional (Nova in-process)"
-        out=$(mktemp)
-        numa_list=$(mktemp)
-        trap 'rm -f "$out" "$numa_list" "$cloud_log"' EXIT
         rc=0
         # Nova's functional tests monkey-patch the worker processes with
         # eventlet: they run in a stestr run of their own.
@@ -167,6 +170,7 @@ case "${1:-}" in
             log "installing the cloud's packages failed:"
             tail -n 20 "$cloud_log" >&2
         fi
+        cloud_install=
         "$venv/bin/stestr" --test-path ./tests/integration run "$@" | tee -a "$out" || rc=$?
         "$venv/bin/stestr" --test-path ./tests/functional run "$@" | tee -a "$out" || rc=$?
         log "tests: nova (Nova's own functional tests with the plugin on)"

@@ -259,7 +259,9 @@ class AgentService(service_base.ServiceBase):
             '' if self.simulated is not None else opts.state_file or '',
             self.agent.optimizer, learned)
         try:
-            self.model_state.restore()
+            # The events thread and the rebalancing loop may run already.
+            with self.agent._lock:
+                self.model_state.restore()
         except Exception:
             LOG.exception('Restoring the cost model state failed; the '
                           'optimizer starts afresh')
@@ -274,6 +276,11 @@ class AgentService(service_base.ServiceBase):
                 error = exc
             if error is None:
                 self._listening.set()
+                if self._stopping.is_set():
+                    # stop() ran while it waited for the broker, maybe
+                    # before its server was known.
+                    from nova_numa_overhead import rpc
+                    rpc.stop_listeners()
                 return
             failures += 1
             LOG.log(std_logging.WARNING if failures == 1 else

@@ -299,23 +299,37 @@ def load_conf(files) -> cfg.ConfigOpts:
     """
     from nova_numa_overhead.cmd import agent as agent_cmd
     from nova_numa_overhead.conf import opts as conf_opts
-    conf = cfg.ConfigOpts()
-    # Registered by group name: each ConfigOpts then has option state of
-    # its own (the modules' OptGroup objects would share it).
-    for group, opts in conf_opts.list_opts():
-        conf.register_opts(opts, group=group.name)
-    conf.register_opt(cfg.StrOpt('host', default=socket.gethostname()))
-    argv = []
-    for path in files or ():
-        argv.extend(['--config-file', path])
-    default_files, default_dirs = [], []
-    if files is None:
-        default_files = cfg.find_config_files('nova', agent_cmd.PROG)
-        default_dirs = cfg.find_config_dirs('nova', agent_cmd.PROG)
-    try:
+
+    def parse(default_files, default_dirs):
+        conf = cfg.ConfigOpts()
+        # Registered by group name: each ConfigOpts then has option state
+        # of its own (the modules' OptGroup objects would share it).
+        for group, opts in conf_opts.list_opts():
+            conf.register_opts(opts, group=group.name)
+        conf.register_opt(cfg.StrOpt('host', default=socket.gethostname()))
+        argv = []
+        for path in files or ():
+            argv.extend(['--config-file', path])
         conf(argv, project='nova', prog=PROG,
              default_config_files=default_files,
              default_config_dirs=default_dirs)
+        return conf
+
+    try:
+        try:
+            conf = parse(*(
+                ([], []) if files is not None else
+                (cfg.find_config_files('nova', agent_cmd.PROG),
+                 cfg.find_config_dirs('nova', agent_cmd.PROG))))
+        except cfg.ConfigFilesPermissionDeniedError as exc:
+            if files is not None:
+                raise
+            # nova.conf is often readable by nova alone: what a user
+            # without it can see, said so.
+            print('%s: warning: %s: built-in defaults used (run it as the '
+                  'agent\'s user, or give --config-file)' % (PROG, exc),
+                  file=sys.stderr)
+            conf = parse([], [])
         agent_cmd.validate(conf)
     except (cfg.Error, ValueError) as exc:
         raise ConfigError(str(exc))

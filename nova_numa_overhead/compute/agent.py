@@ -352,8 +352,10 @@ class Agent:
         self._check_kernel(now)
         listed = self.hv.domains()
         current = {d.name: d for d in listed}
+        # Before the events are taken: libvirt lost here loses none.
+        ended = self._migrations_ended(current)
         pending, fresh = self._take_pending()
-        pending |= self._migrations_ended(current)
+        pending |= ended
         started = [d for name, d in current.items()
                    if name not in self.domains or name in pending]
         # A new QEMU: a 'started' event, or a guest that appeared since
@@ -401,7 +403,9 @@ class Agent:
             LOG.info('%s still runs here and its live migration is over '
                      '(failed or cancelled before the switchover): placed '
                      'again', name)
-        self.migrating -= ended
+        # Those no longer listed left (or wait for the end of their
+        # migration, hidden): an event places them if they come back.
+        self.migrating &= current.keys() - ended
         return ended
 
     def _cycle_listed(self, now, listed, current, started, fresh, placed,

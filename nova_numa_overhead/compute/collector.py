@@ -356,6 +356,7 @@ class Collector:
         keep = set(names)
         for name in [n for n in self.guests if n not in keep]:
             del self.guests[name]
+        self._missing_vcpus &= keep
 
     def observations(self) -> list:
         result = []

@@ -205,7 +205,7 @@ def plan_moves(guests, overhead, free_mb, threshold: int, budget_mb: int,
             room = free[dst] - reserve_mb
             # Into the room there is, else exchanged: both ways count.
             want = int(min(guest.memory_mb[src], budget_mb,
-                           room if room > 0 else budget_mb // 2))
+                           room if room >= CHUNK_MB else budget_mb // 2))
             chunks = guest.fifo.pop(src, want)
             for chunk in chunks:
                 if free[dst] - reserve_mb >= chunk.mb:
@@ -235,15 +235,16 @@ def _target(row, src, free, reserve_mb, total_mb):
     """The node to move ``src``'s memory to, None if there is none.
 
     The lowest-overhead node (then lowest id) at least ``LEVELS_LOWER``
-    levels below ``src`` that has room above ``reserve_mb``; when none
-    has, the first of them (for an exchange). Nodes without memory are
-    never targets.
+    levels below ``src`` that has a chunk's room above ``reserve_mb``;
+    when none has, the first of them (for an exchange). Nodes without
+    memory are never targets.
     """
     lower = sorted((i for i in range(len(free))
                     if row[i] <= row[src] - LEVELS_LOWER and
                     (total_mb is None or total_mb[i] > 0)),
                    key=lambda i: (row[i], i))
-    with_room = [i for i in lower if free[i] - reserve_mb > 0]
+    # Room for a chunk at least: no period spent on crumbs.
+    with_room = [i for i in lower if free[i] - reserve_mb >= CHUNK_MB]
     return (with_room or lower or [None])[0]
 
 

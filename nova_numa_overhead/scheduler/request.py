@@ -83,13 +83,35 @@ def hint_max_level(hints) -> int | None:
     return parse_int('hint ' + HINT_MAX_LEVEL, value, 0)
 
 
+def _without_bad_specs(flavor, default_policy, default_max_nodes):
+    """The policy of a flavor's good ``numa_overhead:*`` specs, the bad
+    ones logged (throttled) and left to their defaults: a bad
+    ``rebalance`` does not drop a good ``max_level``.
+    """
+    good, reasons = {}, []
+    for key, value in (flavor.extra_specs or {}).items():
+        try:
+            policy_from_extra_specs({key: value}, default_policy,
+                                    default_max_nodes)
+        except InvalidRequest as exc:
+            reasons.append(str(exc))
+            continue
+        good[key] = value
+    _BAD_FLAVORS.log(
+        time.monotonic(), 'Ignoring bad extra specs of flavor %(flavor)s, '
+        'their defaults apply: %(reason)s',
+        {'flavor': flavor.name if flavor.obj_attr_is_set('name')
+         else '<unnamed>', 'reason': '; '.join(reasons)}, logging.ERROR)
+    return policy_from_extra_specs(good, default_policy, default_max_nodes)
+
+
 def from_spec(spec_obj, conf) -> OverheadRequest:
     """Parse a Nova RequestSpec.
 
     A bad flavor extra spec (one nova-api did not check: set before the
     plugin was installed, or through a compute API microversion below
-    2.86) is logged and the flavor's ``numa_overhead:*`` specs are ignored
-    for the request: the defaults apply, as for a flavor without them.
+    2.86) is logged and ignored for the request: its default applies, and
+    the flavor's good ones still do.
 
     :raises InvalidRequest: for a bad hint.
     """
@@ -100,14 +122,9 @@ def from_spec(spec_obj, conf) -> OverheadRequest:
     try:
         policy = policy_from_extra_specs(flavor.extra_specs, default_policy,
                                          default_max_nodes)
-    except InvalidRequest as exc:
-        _BAD_FLAVORS.log(
-            time.monotonic(), 'Ignoring the numa_overhead:* extra specs of '
-            'flavor %(flavor)s, defaults apply: %(reason)s',
-            {'flavor': flavor.name if flavor.obj_attr_is_set('name')
-             else '<unnamed>', 'reason': exc}, logging.ERROR)
-        policy = policy_from_extra_specs({}, default_policy,
-                                         default_max_nodes)
+    except InvalidRequest:
+        policy = _without_bad_specs(flavor, default_policy,
+                                    default_max_nodes)
     hints = spec_obj.scheduler_hints if spec_obj.obj_attr_is_set(
         'scheduler_hints') else None
     limits = [v for v in (policy.max_level, hint_max_level(hints))

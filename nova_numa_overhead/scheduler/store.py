@@ -96,18 +96,25 @@ def loggable(value) -> str:
     return '<unknown>'
 
 
-def _plan_overhead(view, bucket, policy, max_nodes, memory_mb=None):
-    """The planned overhead of ``bucket`` MiB on ``view``; a bucket the
-    host cannot hold is planned at the request's own size (``memory_mb``,
-    up to half a bucket less), which it may.
+def _plan_overhead(view, size, policy, max_nodes):
+    if size > sum(view.free_mb):
+        return DOES_NOT_FIT
+    plan = planner.plan(view, size, policy, max_nodes)
+    return DOES_NOT_FIT if plan is None else plan.overhead
+
+
+def _planned(entry, key, memory_mb, plan):
+    """``plan(size)`` of the request's bucket, cached on ``entry`` under
+    ``key``; a bucket the host cannot hold is planned at the request's own
+    size (``memory_mb``, up to half a bucket less), which it may (cached
+    under that size: requests of a bucket share the first).
     """
-    for size in (bucket, memory_mb):
-        if size is None or size > sum(view.free_mb):
-            continue
-        plan = planner.plan(view, size, policy, max_nodes)
-        if plan is not None:
-            return plan.overhead
-    return DOES_NOT_FIT
+    index = key[-1]
+    overhead = entry.cached(key, lambda: plan(BUCKETS[index]))
+    if overhead != DOES_NOT_FIT or memory_mb is None or \
+            memory_mb >= BUCKETS[index]:
+        return overhead
+    return entry.cached(key + (memory_mb,), lambda: plan(memory_mb))
 
 
 class _Throttle:
@@ -469,23 +476,25 @@ class ReportStore:
             host, free_ram_mb, num_instances)
 
     def _lazy_overhead(self, entry, key, memory_mb=None):
-        policy, max_nodes, index = key
-        return entry.cached(key + (memory_mb,), lambda: _plan_overhead(
-            entry.view, BUCKETS[index], policy, max_nodes, memory_mb))
+        policy, max_nodes, _index = key
+        return _planned(entry, key, memory_mb, lambda size: _plan_overhead(
+            entry.view, size, policy, max_nodes))
 
     def _corrected_overhead(self, entry, used_mb, guests, key,
                             memory_mb=None):
         opts = self._opts
         penalty = opts.claim_penalty
-        policy, max_nodes, index = key
+        policy, max_nodes, _index = key
+        view = []
 
-        def compute():
-            view = self._correct(entry.report, used_mb, guests, penalty)
-            return _plan_overhead(view, BUCKETS[index], policy, max_nodes,
-                                  memory_mb)
+        def plan(size):
+            if not view:
+                view.append(self._correct(entry.report, used_mb, guests,
+                                          penalty))
+            return _plan_overhead(view[0], size, policy, max_nodes)
 
-        return entry.cached((used_mb, guests, penalty, memory_mb) + key,
-                            compute)
+        return _planned(entry, (used_mb, guests, penalty) + key, memory_mb,
+                        plan)
 
     def _correct(self, report, used_mb, guests, penalty):
         """The host's view after ``guests`` guests of ``used_mb`` in all."""

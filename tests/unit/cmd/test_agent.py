@@ -224,6 +224,19 @@ class TestAgentService(base.TestCase):
         self.assertFalse(svc._listener_thread.is_alive())
         svc.stop()
 
+    def test_a_listener_started_after_stop_is_stopped(self):
+        from nova_numa_overhead import rpc
+        svc = agent_cmd.AgentService(conf_with(''))
+        svc.agent = mock.Mock()
+        stop = self.useFixture(fixtures.MockPatchObject(
+            rpc, 'stop_listeners')).mock
+
+        def start(conf, on_sync):
+            # The broker answered once the service was stopping.
+            svc._stopping.set()
+        svc._listen(start)
+        stop.assert_called_once_with()
+
     def test_the_listener_is_started_again_until_it_listens(self):
         svc = agent_cmd.AgentService(conf_with(''))
         svc.agent = mock.Mock()

@@ -28,6 +28,7 @@ import time
 
 import fixtures
 import libvirt
+from oslo_config import cfg
 
 from nova_numa_overhead.cmd import status
 from nova_numa_overhead.compute import hypervisor as hv_mod
@@ -399,6 +400,27 @@ class TestOnLibvirt(StatusTestCase):
         self.assertEqual('cmp-9', data['host'])
         self.assertEqual('pages', data['agent']['enforcement'])
         self.assertEqual([100.0], data['thresholds']['rml'])
+
+    def test_an_unreadable_nova_conf_leaves_the_defaults(self):
+        # nova.conf is often 0640 root:nova: status as another user.
+        os.mkdir(os.path.join(self.home, '.nova'))
+        path = os.path.join(self.home, '.nova', 'nova.conf')
+        with open(path, 'w') as f:
+            f.write('[DEFAULT]\nhost = cmp-9\n')
+        real = cfg.ConfigOpts.__call__
+
+        def call(conf, *args, **kwargs):
+            if kwargs.get('default_config_files'):
+                raise cfg.ConfigFilesPermissionDeniedError([path])
+            return real(conf, *args, **kwargs)
+        self.useFixture(fixtures.MockPatchObject(cfg.ConfigOpts, '__call__',
+                                                 call))
+        rc = self.run_status('--connect', URI, '--format', 'json',
+                             '--sample', '0')
+        self.assertEqual(0, rc, self.stderr.getvalue())
+        self.assertIn('built-in defaults used', self.stderr.getvalue())
+        self.assertNotEqual('cmp-9', json.loads(self.stdout.getvalue())[
+            'host'])
 
     def test_default_first_placement_is_local(self):
         # As test_json, without remote_placement: the floating guest's

@@ -1309,8 +1309,14 @@ class TestNovasIntent(AgentTestCase):
         self.assertIn('a', agent.migrating)
         self.hv.raise_on[('migration_running', 'a')] = \
             hv_mod.HypervisorUnavailable('injected')
+        # Libvirt lost then: the events queued meanwhile are kept.
+        agent.on_lifecycle('resumed', 'b')
+        agent.on_lifecycle('started', 'c')
+        agent.handle_events()
         self.assertFalse(agent.cycle())
         self.assertIn('a', agent.migrating)
+        self.assertEqual({'b', 'c'}, agent.pending)
+        self.assertEqual({'c'}, agent.fresh)
         del self.hv.raise_on[('migration_running', 'a')]
         self.hv.jobs['a'] = False
         self.clock.now += 1

@@ -675,6 +675,9 @@ class TestActions(LibvirtDriverTestCase):
         self.assertEqual(
             libvirt.VIR_DOMAIN_STATS_PERF | libvirt.VIR_DOMAIN_STATS_VCPU,
             get_stats.call_args[0][2])
+        # Without waiting for a job on any guest.
+        self.assertEqual(libvirt.VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT,
+                         get_stats.call_args[0][3])
 
     def test_move_pages(self):
         info = self._info(self._define())

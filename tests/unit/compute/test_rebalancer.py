@@ -103,7 +103,12 @@ class TestTriggerRule(testtools.TestCase):
         moves = rebalancer.plan_moves(
             [guest('g', {0: 512})], OVERHEAD, [0, 0, 250], threshold=6,
             budget_mb=10000, reserve_mb=200)
-        self.assertEqual([('g', 0, 2, 50)],
+        # 50 MiB above the reserve: less than a chunk, no crumbs moved.
+        self.assertEqual([], moves)
+        moves = rebalancer.plan_moves(
+            [guest('g', {0: 512})], OVERHEAD, [0, 0, 300], threshold=6,
+            budget_mb=10000, reserve_mb=200)
+        self.assertEqual([('g', 0, 2, 100)],
                          [(m.guest, m.src, m.dst, m.mb) for m in moves])
 
     def test_gather_stays_within_room_and_budget(self):

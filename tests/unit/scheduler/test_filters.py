@@ -177,11 +177,10 @@ class TestNUMAOverheadFilter(fakes.NovaTestCase):
                 name=request.__name__, level='ERROR'))
             self.assertEqual(['low', 'mid', 'high', 'unknown'],
                              self.passing(fakes.spec(extra_specs=specs)))
-            self.assertIn('Ignoring the numa_overhead:* extra specs of '
-                          'flavor <unnamed>, defaults apply: ' + reason,
-                          errors.output)
-        # Ignored whole, its max_level too; a hint still applies.
+            self.assertIn('Ignoring bad extra specs of flavor <unnamed>, '
+                          'their defaults apply: ' + reason, errors.output)
+        # Only the bad one: its good max_level applies, a hint too.
         spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '1',
                                            'numa_overhead:policy': 'x'},
                               hints={'numa_overhead_max_level': '4'})
-        self.assertEqual(['low', 'mid', 'unknown'], self.passing(spec_obj))
+        self.assertEqual(['low', 'unknown'], self.passing(spec_obj))

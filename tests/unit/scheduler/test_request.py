@@ -101,12 +101,13 @@ class TestFromSpec(fakes.NovaTestCase):
         spec_obj.flavor.name = 'm1.old'
         for _ in range(store.LOG_BURST + 5):
             req = request.from_spec(spec_obj, self.conf)
-            self.assertEqual(('local', 2, None, True),
+            # The bad one only: the good policy and max_level apply.
+            self.assertEqual(('spread', 2, 3, True),
                              (req.policy, req.max_nodes, req.max_level,
                               req.rebalance))
-        line = ("Ignoring the numa_overhead:* extra specs of flavor m1.old, "
-                "defaults apply: numa_overhead:rebalance: 'sometimes' is not "
-                "a boolean")
+        line = ("Ignoring bad extra specs of flavor m1.old, their defaults "
+                "apply: numa_overhead:rebalance: 'sometimes' is not a "
+                "boolean")
         # Throttled: every boot of the flavor would log it.
         self.assertEqual(store.LOG_BURST, errors.output.count(line))
 
