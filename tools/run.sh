@@ -148,7 +148,10 @@ case "${1:-}" in
         cloud_install=
         # Whatever ends the run (a lint failure included), the background
         # install below is waited for: no apt or pip left running.
-        trap 'if [ -n "$cloud_install" ]; then wait "$cloud_install"; fi
+        # (|| true: under set -e a failing wait would end the trap early
+        # and replace the run's exit status with the install's.)
+        trap 'if [ -n "$cloud_install" ]; then wait "$cloud_install" || true
+              fi
               rm -f "$out" "$numa_list" "$cloud_log"' EXIT
         # The cloud's packages install while the unit tests run; the
         # integration tests wait for them (both use RabbitMQ and time).

@@ -255,16 +255,19 @@ class AgentService(service_base.ServiceBase):
                     'cost model state is restored once it can', error)
             self._state_waits = True
             return
-        self.model_state = model_state.Keeper(
+        keeper = model_state.Keeper(
             '' if self.simulated is not None else opts.state_file or '',
             self.agent.optimizer, learned)
         try:
             # The events thread and the rebalancing loop may run already.
             with self.agent._lock:
-                self.model_state.restore()
+                keeper.restore()
         except Exception:
             LOG.exception('Restoring the cost model state failed; the '
                           'optimizer starts afresh')
+        # Known to stop() only now: a stop while the restore waited for
+        # the lock must not save a blank state over the learned one.
+        self.model_state = keeper
 
     def _listen(self, start) -> None:
         delay, failures = 1.0, 0

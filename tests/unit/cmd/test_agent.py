@@ -197,6 +197,27 @@ class TestAgentService(base.TestCase):
         svc._cycle()
         self.assertEqual(0.4, svc.agent.optimizer.trust)
 
+    def test_the_state_is_saved_only_once_restored(self):
+        # A stop while the restore waits for the agent's lock must not
+        # save a blank state over the learned one.
+        from nova_numa_overhead.compute import model_state
+        from oslo_service import loopingcall
+        self.useFixture(fixtures.MockPatchObject(
+            loopingcall, 'FixedIntervalLoopingCall', autospec=True))
+        seen = []
+        self.useFixture(fixtures.MockPatchObject(
+            model_state.Keeper, 'restore', autospec=True,
+            side_effect=lambda keeper: seen.append(svc.model_state)))
+        svc = agent_cmd.AgentService(
+            conf_with('[numa_overhead]\ntransport_url = fake://\n'),
+            hypervisor=fakes.FakeHypervisor(nodes=2),
+            publisher=test_agent.FakePublisher(),
+            notifier=test_agent.FakeNotifier())
+        svc.start()
+        self.addCleanup(svc.stop)
+        self.assertEqual([None], seen)
+        self.assertIsNotNone(svc.model_state)
+
     def test_the_broker_does_not_hold_the_loops(self):
         # oslo.messaging's start waits for an unreachable broker.
         from nova_numa_overhead import rpc
