@@ -117,26 +117,34 @@ class TestAgentService(base.TestCase):
         loop_cls.return_value.stop.assert_called_once_with()
         self.assertEqual([True], closed)
 
-    def test_the_cost_model_state_outlives_the_agent(self):
+    def with_state_file(self):
+        """The loops mocked; (a conf keeping the model state in a
+        temporary file, that file's path).
+        """
         from oslo_service import loopingcall
         self.useFixture(fixtures.MockPatchObject(
             loopingcall, 'FixedIntervalLoopingCall', autospec=True))
         state = os.path.join(self.useFixture(fixtures.TempDir()).path,
                              'model.json')
-        conf = conf_with('[DEFAULT]\nhost = cmp-3\n'
+        return conf_with('[DEFAULT]\nhost = cmp-3\n'
                          '[numa_overhead]\ntransport_url = fake://\n'
                          '[numa_overhead_agent]\nstate_file = %s\n'
-                         % state)
+                         % state), state
 
-        def service():
-            svc = agent_cmd.AgentService(
-                conf, hypervisor=fakes.FakeHypervisor(nodes=2),
-                publisher=test_agent.FakePublisher(),
-                notifier=test_agent.FakeNotifier())
+    @staticmethod
+    def service(conf, hv=None, start=True):
+        """A service (started) on a fake hypervisor (2 nodes by default)."""
+        svc = agent_cmd.AgentService(
+            conf, hypervisor=hv or fakes.FakeHypervisor(nodes=2),
+            publisher=test_agent.FakePublisher(),
+            notifier=test_agent.FakeNotifier())
+        if start:
             svc.start()
-            return svc
+        return svc
 
-        svc = service()
+    def test_the_cost_model_state_outlives_the_agent(self):
+        conf, state = self.with_state_file()
+        svc = self.service(conf)
         optimizer = svc.agent.optimizer
         # Verdicts taught it; a cycle saves.
         optimizer.trust = optimizer.learned_trust = 0.4
@@ -153,7 +161,7 @@ class TestAgentService(base.TestCase):
         with open(state) as f:
             self.assertEqual(0.3, json.load(f)['trust'])
 
-        restarted = service()
+        restarted = self.service(conf)
         self.addCleanup(restarted.stop)
         self.assertEqual(0.3, restarted.agent.optimizer.trust)
         self.assertEqual([(1.1, 1.0)],
@@ -162,30 +170,15 @@ class TestAgentService(base.TestCase):
     def test_libvirt_down_at_start(self):
         # The state is restored at the first cycle that reaches libvirt;
         # the agent starts (no traceback, no crash loop).
-        from oslo_service import loopingcall
-        self.useFixture(fixtures.MockPatchObject(
-            loopingcall, 'FixedIntervalLoopingCall', autospec=True))
-        state = os.path.join(self.useFixture(fixtures.TempDir()).path,
-                             'model.json')
-        conf = conf_with('[DEFAULT]\nhost = cmp-3\n'
-                         '[numa_overhead]\ntransport_url = fake://\n'
-                         '[numa_overhead_agent]\nstate_file = %s\n'
-                         % state)
-        hv = fakes.FakeHypervisor(nodes=2)
-        svc = agent_cmd.AgentService(conf, hypervisor=hv,
-                                     publisher=test_agent.FakePublisher(),
-                                     notifier=test_agent.FakeNotifier())
-        svc.start()
+        conf, _state = self.with_state_file()
+        svc = self.service(conf)
         svc.agent.optimizer.trust = svc.agent.optimizer.learned_trust = 0.4
         svc.stop()
         hv = fakes.FakeHypervisor(nodes=2)
         hv.down = True
         warnings = self.useFixture(fixtures.FakeLogger(
             level='WARNING', name=agent_cmd.__name__))
-        svc = agent_cmd.AgentService(conf, hypervisor=hv,
-                                     publisher=test_agent.FakePublisher(),
-                                     notifier=test_agent.FakeNotifier())
-        svc.start()
+        svc = self.service(conf, hv)
         self.addCleanup(svc.stop)
         self.assertIsNone(svc.model_state)
         svc._cycle()
@@ -201,18 +194,12 @@ class TestAgentService(base.TestCase):
         # A stop while the restore waits for the agent's lock must not
         # save a blank state over the learned one.
         from nova_numa_overhead.compute import model_state
-        from oslo_service import loopingcall
-        self.useFixture(fixtures.MockPatchObject(
-            loopingcall, 'FixedIntervalLoopingCall', autospec=True))
+        conf, _state = self.with_state_file()
+        svc = self.service(conf, start=False)
         seen = []
         self.useFixture(fixtures.MockPatchObject(
             model_state.Keeper, 'restore', autospec=True,
             side_effect=lambda keeper: seen.append(svc.model_state)))
-        svc = agent_cmd.AgentService(
-            conf_with('[numa_overhead]\ntransport_url = fake://\n'),
-            hypervisor=fakes.FakeHypervisor(nodes=2),
-            publisher=test_agent.FakePublisher(),
-            notifier=test_agent.FakeNotifier())
         svc.start()
         self.addCleanup(svc.stop)
         self.assertEqual([None], seen)
@@ -228,11 +215,9 @@ class TestAgentService(base.TestCase):
         self.useFixture(fixtures.MockPatchObject(
             rpc, 'start_agent_listener',
             side_effect=lambda conf, on_sync: release.wait(10)))
-        svc = agent_cmd.AgentService(
+        svc = self.service(
             conf_with('[numa_overhead]\ntransport_url = fake://\n'),
-            hypervisor=fakes.FakeHypervisor(nodes=2),
-            publisher=test_agent.FakePublisher(),
-            notifier=test_agent.FakeNotifier())
+            start=False)
         self.useFixture(fixtures.MockPatchObject(agent_cmd, 'LISTENER_WAIT',
                                                  0.1))
         started = time.monotonic()

@@ -752,17 +752,21 @@ class TestOnAFakeHost(StatusTestCase):
         self.assertIn('resctrl memory bandwidth no (memory bandwidth stats: '
                       'unsupported)', ' '.join(status.render(data).split()))
 
-    def test_probe_matrix(self):
+    @staticmethod
+    def save_matrix(path, nodes):
+        """A probe's measured matrix of ``nodes`` nodes, saved at ``path``."""
         from nova_numa_overhead.compute import probe
+        probe.save(probe.Matrix(
+            latency_ns=[[100.0 if i == j else 210.0 for j in range(nodes)]
+                        for i in range(nodes)],
+            bandwidth_mbps=[[1e4 if i == j else 4e3 for j in range(nodes)]
+                            for i in range(nodes)],
+            nodes=list(range(nodes)), measured_at='2026-11-22', size_mb=256,
+            bandwidth_streams=[8] * nodes), path)
+
+    def test_probe_matrix(self):
         path = self.useFixture(fixtures.TempDir()).join('topology.json')
-        latency = [[100.0 if i == j else 210.0 for j in range(4)]
-                   for i in range(4)]
-        bandwidth = [[1e4 if i == j else 4e3 for j in range(4)]
-                     for i in range(4)]
-        probe.save(probe.Matrix(latency_ns=latency, bandwidth_mbps=bandwidth,
-                                nodes=[0, 1, 2, 3], measured_at='2026-11-22',
-                                size_mb=256, bandwidth_streams=[8] * 4),
-                   path)
+        self.save_matrix(path, 4)
         self.flags(group='numa_overhead_agent', topology_file=path)
         data = self.collect()
         self.assertEqual({'source': 'probe', 'latency': True,
@@ -774,7 +778,6 @@ class TestOnAFakeHost(StatusTestCase):
                       ' '.join(status.render(data).split()))
 
     def test_unusable_topology_file_is_said_ignored(self):
-        from nova_numa_overhead.compute import probe
         tmp = self.useFixture(fixtures.TempDir()).path
         bad = os.path.join(tmp, 'bad.json')
         with open(bad, 'w') as f:
@@ -782,11 +785,7 @@ class TestOnAFakeHost(StatusTestCase):
         missing = os.path.join(tmp, 'missing.json')
         # Measured on another host, of 2 nodes.
         other = os.path.join(tmp, 'other.json')
-        probe.save(probe.Matrix(latency_ns=[[100.0, 200.0], [200.0, 100.0]],
-                                bandwidth_mbps=[[1e4, 4e3], [4e3, 1e4]],
-                                nodes=[0, 1], measured_at='2026-11-22',
-                                size_mb=256, bandwidth_streams=[8, 8]),
-                   other)
+        self.save_matrix(other, 2)
         for path, reason in (
                 (missing, 'it does not exist'),
                 (bad, 'unsupported version None (expected 1 or 2)'),

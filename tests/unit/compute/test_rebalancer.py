@@ -144,44 +144,36 @@ class TestTriggerRule(testtools.TestCase):
 
 class TestExchange(testtools.TestCase):
 
-    def test_full_target_exchanges_with_another_guest(self):
-        hot = guest('hot', {0: 128})
-        other = guest('other', {2: 128}, local=2)
+    @staticmethod
+    def exchange(hot_mb=128, other_mb=128, budget_mb=10000, **kwargs):
+        """Every node full: 'hot' (node 0) and 'other' (node 2, its
+        ``kwargs``) as the rebalancer exchanges them; (guest, src, dst,
+        MiB) of each move, and the moves.
+        """
+        hot = guest('hot', {0: hot_mb})
+        other = guest('other', {2: other_mb}, local=2, **kwargs)
         moves = rebalancer.plan_moves([hot, other], OVERHEAD, [0, 0, 0],
-                                      threshold=6, budget_mb=10000)
-        self.assertEqual(
-            {('hot', 0, 2, 128), ('other', 2, 0, 128)},
-            {(m.guest, m.src, m.dst, m.mb) for m in moves})
+                                      threshold=6, budget_mb=budget_mb)
+        return {(m.guest, m.src, m.dst, m.mb) for m in moves}, moves
+
+    def test_full_target_exchanges_with_another_guest(self):
+        done, moves = self.exchange()
+        self.assertEqual({('hot', 0, 2, 128), ('other', 2, 0, 128)}, done)
         self.assertTrue(all('exchange with' in m.reason for m in moves))
 
     def test_a_leave_guest_is_an_exchange_partner(self):
         # Not moved for its own sake, but the hot node costs it least.
-        hot = guest('hot', {0: 128})
-        other = guest('other', {2: 128}, action=classifier.LEAVE, local=2)
-        moves = rebalancer.plan_moves([hot, other], OVERHEAD, [0, 0, 0],
-                                      threshold=6, budget_mb=10000)
-        self.assertEqual(
-            {('hot', 0, 2, 128), ('other', 2, 0, 128)},
-            {(m.guest, m.src, m.dst, m.mb) for m in moves})
+        done, _moves = self.exchange(action=classifier.LEAVE)
+        self.assertEqual({('hot', 0, 2, 128), ('other', 2, 0, 128)}, done)
 
     def test_exchange_moves_as_much_each_way(self):
         # The partner has 8 MiB on the full node: 8 MiB go each way.
-        hot = guest('hot', {0: 128})
-        other = guest('other', {2: 8}, local=2)
-        moves = rebalancer.plan_moves([hot, other], OVERHEAD, [0, 0, 0],
-                                      threshold=6, budget_mb=10000)
-        self.assertEqual(
-            {('hot', 0, 2, 8), ('other', 2, 0, 8)},
-            {(m.guest, m.src, m.dst, m.mb) for m in moves})
+        done, _moves = self.exchange(other_mb=8)
+        self.assertEqual({('hot', 0, 2, 8), ('other', 2, 0, 8)}, done)
 
     def test_exchange_stays_within_the_budget(self):
-        hot = guest('hot', {0: 256})
-        other = guest('other', {2: 256}, local=2)
-        moves = rebalancer.plan_moves([hot, other], OVERHEAD, [0, 0, 0],
-                                      threshold=6, budget_mb=100)
-        self.assertEqual(
-            {('hot', 0, 2, 50), ('other', 2, 0, 50)},
-            {(m.guest, m.src, m.dst, m.mb) for m in moves})
+        done, _moves = self.exchange(256, 256, budget_mb=100)
+        self.assertEqual({('hot', 0, 2, 50), ('other', 2, 0, 50)}, done)
 
     def test_a_node_without_memory_is_not_a_target(self):
         # Node 1 (no memory: memoryless, or a gap in the node ids) ties
