@@ -32,6 +32,7 @@ Domains are looked up by libvirt uuid on every call, so a
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import sys
@@ -75,9 +76,11 @@ PERF_EVENTS = hypervisor.PERF_EVENTS
 CORE_PERF_EVENTS = hypervisor.CORE_PERF_EVENTS
 
 
+@functools.lru_cache(maxsize=None)
 def _constants(*names) -> frozenset:
     """The values of those libvirt constants this libvirt has (some are
-    newer than the oldest libvirt Nova runs on).
+    newer than the oldest libvirt Nova runs on); looked up once (the
+    domain listing asks for each guest, every cycle).
     """
     return frozenset(getattr(libvirt, name) for name in names
                      if hasattr(libvirt, name))

@@ -348,6 +348,9 @@ class TestParsing(base.TestCase):
         self.useFixture(fixtures.MonkeyPatch(
             'libvirt.VIR_DOMAIN_EVENT_RESUMED_POSTCOPY_FAILED',
             fixtures.MonkeyPatch.delete))
+        # Looked up afresh (once a libvirt, otherwise).
+        libvirt_driver._constants.cache_clear()
+        self.addCleanup(libvirt_driver._constants.cache_clear)
         self.assertEqual('resumed', name(
             libvirt.VIR_DOMAIN_EVENT_RESUMED,
             libvirt.VIR_DOMAIN_EVENT_RESUMED_MIGRATED))
