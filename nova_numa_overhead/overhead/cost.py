@@ -78,6 +78,7 @@ WORKING_SET_MB = 18.0 / (8 * LLC_VCPUS_PER_CORE)
 MISS_CYCLES = 50.0       # stall per local LLC miss when not measured
 CORE_CPI = 0.8           # cycles per instruction of a core not stalled
 MAX_STALL = 0.9          # share of cycles a guest can be stalled
+HIT_CAP = 0.98           # LLC hit rate the model counts at most
 RHO_MAX = 0.95
 CONVERGED = 1e-4         # predictions settled: no further iteration
 RHO_SEEN = 0.8           # utilisation assumed at most where traffic is seen
@@ -139,6 +140,13 @@ class HostModel:
             lat = [[float(latency_ns[i][j] or 0.0) for j in range(n)]
                    for i in range(n)]
             for i in range(n):
+                # An unmeasured diagonal from a measured cell of its row
+                # through SLIT: the row's cells stay in one unit (ns).
+                known = [j for j in range(n) if lat[i][j] > 0]
+                if lat[i][i] <= 0 and known:
+                    j = known[0]
+                    lat[i][i] = lat[i][j] * distances[i][i] / \
+                        distances[i][j]
                 for j in range(n):
                     if lat[i][j] <= 0:
                         lat[i][j] = distances[i][j] / 10.0 * (
@@ -497,7 +505,9 @@ class Model:
             stall = min(max(g.mpi * MISS_CYCLES * lat0 / cpi,
                             1.0 - CORE_CPI / cpi if g.intensive else 0.0),
                         MAX_STALL)
-        hit0 = 1.0 - (g.mpi / g.rpi if g.rpi > 0 else 0.0)
+        # No LLC reference counted (a host without the cache events): its
+        # hit rate unknown, 0, and its misses do not change with the LLC.
+        hit0 = 1.0 - min(g.mpi / g.rpi, 1.0) if g.rpi > 0 else 0.0
         return cpi, stall, hit0, max(fit0, 1e-6), lat0
 
     def _core(self, name, cpu, agg) -> tuple:
@@ -514,8 +524,11 @@ class Model:
             smt += f * s
             fit += f * terms['fit'][i]
         cpi, stall, hit0, fit0, lat0 = self._ref[name]
-        hit = min(max(hit0 * fit / fit0, 0.0), 0.98) if hit0 > 0 else 0.0
-        misses = (1.0 - hit) / max(1.0 - hit0, 1e-6)
+        # Hit rates above HIT_CAP count as HIT_CAP, now and after: the
+        # misses change by a bounded factor, and by none at the same fit.
+        hit0 = min(hit0, HIT_CAP)
+        hit = min(max(hit0 * fit / fit0, 0.0), HIT_CAP) if hit0 > 0 else 0.0
+        misses = (1.0 - hit) / (1.0 - hit0)
         return run * smt, cpi * (1.0 - stall), cpi * stall * misses, lat0
 
     def _speed(self, name, placement, agg) -> float:

@@ -80,6 +80,14 @@ class TestHostModel(testtools.TestCase):
         self.assertEqual(1.0, model.latency[0][0])
         self.assertEqual(1.0, model.latency[1][1])
 
+    def test_unmeasured_local_latency_from_its_row_through_slit(self):
+        # A failed local cell: the row stays in ns (its local latency
+        # is the remote cell's through SLIT), not a ratio of 140.
+        for cell in (0.0, float('nan'), None):
+            model = host(latency_ns=((cell, 140.0), (140.0, 90.0)))
+            self.assertAlmostEqual(2.1, model.latency[0][1])
+            self.assertAlmostEqual(140.0 / 90.0, model.latency[1][0])
+
     def test_measured_bandwidth_overrides_the_option_and_links(self):
         # Measured by all 8 CPUs of node 0: capacities.
         model = host(matrix_mbps=((30000.0, 9000.0), (0.0, 0.0)),
@@ -355,6 +363,45 @@ class TestStall(testtools.TestCase):
                  for s in (0.1, 0.3, 0.6)]
         self.assertEqual(sorted(gains), gains)
         self.assertGreater(gains[0], 0.0)
+
+
+class TestHitRate(testtools.TestCase):
+
+    def test_a_high_hit_rate_does_not_inflate_the_memory_part(self):
+        # Its memory moved to a node 2.1 times as far: the measured
+        # stall (0.4) slowed by 2.1, whatever its hit rate, and also
+        # where the host counts no LLC reference (a missing event).
+        expected = 1.0 / (0.6 + 0.4 * 2.1)
+        for rpi, mpi in ((0.01, 0.0005), (0.01, 0.00001), (0.01, 0.0),
+                         (0.0, 0.0)):
+            model = cost.Model(host(cpus=4), [guest(
+                'a', {0: 1.0}, {0: 1.0}, rpi=rpi, mpi=mpi, stall=0.4)])
+            self.assertAlmostEqual(
+                expected, model.predict({'a': ({0: 1.0}, {1: 1.0})})['a'],
+                places=3, msg='rpi %s mpi %s' % (rpi, mpi))
+
+    def test_no_llc_events_no_llc_sensitivity(self):
+        # Counted without cache events, a guest is not predicted to
+        # collapse when a memory-intensive one crowds its LLC.
+        model = cost.Model(host(), [
+            guest('x', {0: 1.0}, {0: 1.0}, cpi=1.5, rpi=0.0, mpi=0.0,
+                  stall=0.3),
+            guest('i', {0: 1.0}, {0: 1.0}, cpi=1.5, stall=0.5),
+            guest('y', {1: 1.0}, {1: 1.0}, vcpus=4, cpi=1.5, stall=0.5)])
+        ratios = model.predict({'y': ({0: 1.0}, {1: 1.0})})
+        self.assertGreater(ratios['x'], 0.8)
+        self.assertLess(ratios['i'], ratios['x'])
+
+    def test_a_crowded_llc_multiplies_misses_by_a_bounded_factor(self):
+        # Near-perfect hit rates count as HIT_CAP: crowding raises the
+        # misses at most 1 / (1 - HIT_CAP) times.
+        model = cost.Model(host(cpus=2), [
+            guest('a', {0: 1.0}, {0: 1.0}, rpi=0.01, mpi=0.0, stall=0.3),
+            guest('b', {1: 1.0}, {1: 1.0}, vcpus=4, stall=0.5)])
+        ratio = model.predict({'b': ({0: 1.0}, {1: 1.0})})['a']
+        bound = 1.0 / (0.7 + 0.3 / (1.0 - cost.HIT_CAP) * 2.5)
+        self.assertGreater(ratio, bound)
+        self.assertLess(ratio, 1.0)
 
 
 class TestLatencyMatrix(testtools.TestCase):
