@@ -69,9 +69,9 @@ from nova_numa_overhead.overhead import estimator
 from nova_numa_overhead.overhead import planner
 from nova_numa_overhead.overhead import room as room_mod
 from nova_numa_overhead import report as report_mod
+from nova_numa_overhead import version
 
 LOG = logging.getLogger(__name__)
-VERSION = '0.1.0'
 MAX_DECISIONS = 64
 BACKOFF = (1, 2, 4, 8, 16, 30)
 KERNEL_CHECK = 60.0      # seconds between reads of the kernel's NUMA state
@@ -195,6 +195,10 @@ class Agent:
         self._wakeup = threading.Event()
         self._topology = None
         self.levels = None
+        # When the levels and free memory were last measured (the clock's
+        # time): a report's age (a sync answered while sampling fails
+        # says how old its figures are).
+        self.measured_at = None
         self.free_mb = []
         self._backoff = 0
         self.optimizer = optimizer_mod.Optimizer(self)
@@ -217,6 +221,7 @@ class Agent:
             self.node_of_cpu = self._topology.node_of_cpu()
             self.levels = estimator.static_levels(self.estimator_topology,
                                                   self.thresholds)
+            self.measured_at = self.clock()
         return self._topology
 
     def _colocation_cpus(self) -> dict:
@@ -451,6 +456,7 @@ class Agent:
         self.levels = estimator.estimate(self.collector.observations(),
                                          self.estimator_topology,
                                          self.thresholds)
+        self.measured_at = now
         levels = self.levels.to_dict()
         changed = levels != self.last_levels
         self.last_levels = levels
@@ -812,9 +818,11 @@ class Agent:
         # not free, so the schedulers plan on what the agent will plan on.
         free = self.room_free()
         total = [node.memory_mb for node in topology.nodes]
+        age = 0.0 if self.measured_at is None else min(
+            max(self.clock() - self.measured_at, 0.0), report_mod.MAX_AGE)
         return report_mod.build(
-            self.host, self.agent_id, VERSION, self.seq, self.levels,
-            total_mb=total,
+            self.host, self.agent_id, version.version_string(), self.seq,
+            self.levels, total_mb=total, age=age,
             free_mb=[max(0, min(int(f), t)) for f, t in zip(free, total)],
             guests=self.guests_per_node(),
             cpus=[len(node.cpus) for node in topology.nodes],

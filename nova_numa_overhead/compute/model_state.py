@@ -55,6 +55,8 @@ import time
 
 from oslo_log import log as logging
 
+from nova_numa_overhead import version
+
 LOG = logging.getLogger(__name__)
 
 VERSION = 1
@@ -241,20 +243,12 @@ def differs(data: dict, learned_for: dict) -> list:
     return [k for k in FOR if saved.get(k) != learned_for.get(k)]
 
 
-def plugin_version() -> str:
-    try:
-        from importlib import metadata
-        return metadata.version('nova-numa-overhead')
-    except Exception:
-        return 'unknown'
-
-
 def learned_for(conf, host: str, topology, matrix=None) -> dict:
     """What a state is learned for on this host now (FOR); ``matrix``
     is the estimator's topology (the measured matrix in use), if any.
     """
     opts = conf.numa_overhead_agent
-    return {'plugin': plugin_version(), 'host': host,
+    return {'plugin': version.version_string(), 'host': host,
             'nodes': topology.size,
             'distances': [list(row) for row in topology.distances],
             'topology_file': opts.topology_file or '',

@@ -25,6 +25,7 @@ from nova_numa_overhead.compute import placer as placer_mod
 from nova_numa_overhead.compute import rebalancer
 from nova_numa_overhead.overhead import planner
 from nova_numa_overhead import report as report_mod
+from nova_numa_overhead import version
 from tests import base
 from tests.unit.compute import fakes
 
@@ -117,6 +118,8 @@ class TestReporting(AgentTestCase):
         self.assertEqual(65536 - 4 * GIB, report.nodes[0].free_mb)
         self.assertEqual(8, report.nodes[0].cpus)
         self.assertEqual([[0, 2, 2, 2]], [list(report.rml[0])])
+        # The installed package's version, as upgrade.rst says.
+        self.assertEqual(version.version_string(), report.agent_version)
 
     def test_report_carries_the_plan_of_the_default_policy(self):
         # Plan at the edge (report format 1.1): what a scheduler would
@@ -172,6 +175,19 @@ class TestReporting(AgentTestCase):
         agent.cycle()
         agent.sync()
         self.assertEqual(2, len(self.publisher.reports))
+        self.assertEqual(0.0, self.publisher.reports[-1].age)
+
+    def test_a_report_says_how_old_its_figures_are(self):
+        # Sampling fails for two hours: a sync answered meanwhile is not
+        # fresh, so the schedulers' report_ttl applies to it.
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.down = True
+        self.clock.now += 3600
+        agent.cycle()
+        self.clock.now += 3600
+        agent.sync()
+        self.assertEqual(7200.0, self.publisher.reports[-1].age)
 
     def test_broker_down_retries_next_cycle(self):
         agent = self.make_agent()
