@@ -121,8 +121,9 @@ Related options:
         ],
         help="""
 What the NUMAOverheadFilter does with a host that has no fresh report (no
-agent, agent down, report older than ``report_ttl`` or rejected), when a
-maximum level applies to the request.
+agent, agent down, report older than ``report_ttl`` or rejected), or whose
+reported free memory cannot hold the request (memory fit is Nova's to
+judge), when a maximum level applies to the request.
 
 Related options:
 

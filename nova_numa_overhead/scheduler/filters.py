@@ -16,7 +16,9 @@ memory at (see :mod:`nova_numa_overhead.overhead.planner`) is at most the
 smallest of the scheduler hint ``numa_overhead_max_level``, the flavor's
 ``numa_overhead:max_level``, the host's aggregate metadata
 ``numa_overhead_max_level`` and ``[numa_overhead] max_level``. With none of
-them set every host passes. Hosts without a fresh report follow
+them set every host passes. Hosts without a fresh report, or whose
+reported free memory cannot hold the request (memory fit is Nova's to
+judge: overcommit, guests placed since the report), follow
 ``[numa_overhead] unknown_host``.
 
 Enable with ``[filter_scheduler] enabled_filters = ...,NUMAOverheadFilter``
@@ -50,6 +52,13 @@ def aggregate_max_level(host_state) -> int | None:
             LOG.warning('Ignoring %(exc)s on host %(host)s',
                         {'exc': exc, 'host': host_state.host})
     return min(values) if values else None
+
+
+def _unknown_why(planned) -> str:
+    """Why a host's planned overhead is unknown."""
+    if planned is store.UNKNOWN:
+        return 'no fresh report'
+    return 'its reported free memory cannot hold the request'
 
 
 class NUMAOverheadFilter(filters.BaseHostFilter):
@@ -129,13 +138,14 @@ class NUMAOverheadFilter(filters.BaseHostFilter):
                 from_aggregates = aggregate_max_level(host_state)
                 if from_aggregates is not None:
                     host_limit = min(limit, from_aggregates)
-            if value is store.UNKNOWN:
+            if value is store.UNKNOWN or value == store.DOES_NOT_FIT:
                 if unknown_passes:
                     passed.append(host_state)
                 elif debug:
-                    LOG.debug('%(host)s fails NUMAOverheadFilter: no fresh '
-                              'report and unknown_host=fail',
-                              {'host': host_state.host})
+                    LOG.debug('%(host)s fails NUMAOverheadFilter: %(why)s '
+                              'and unknown_host=fail',
+                              {'host': host_state.host,
+                               'why': _unknown_why(value)})
             elif value <= host_limit:
                 passed.append(host_state)
             elif debug:
@@ -166,11 +176,12 @@ class NUMAOverheadFilter(filters.BaseHostFilter):
             except Exception:
                 LOG.exception('NUMA overhead lookup failed for host %s',
                               host_state.host)
-        if planned is store.UNKNOWN:
+        if planned is store.UNKNOWN or planned == store.DOES_NOT_FIT:
             if not unknown_passes:
-                LOG.debug('%(host)s fails NUMAOverheadFilter: no fresh '
-                          'report and unknown_host=fail',
-                          {'host': host_state.host})
+                LOG.debug('%(host)s fails NUMAOverheadFilter: %(why)s and '
+                          'unknown_host=fail',
+                          {'host': host_state.host,
+                           'why': _unknown_why(planned)})
             return unknown_passes
         if planned > limit:
             LOG.debug('%(host)s fails NUMAOverheadFilter: planned overhead '

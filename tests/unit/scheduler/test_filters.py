@@ -96,10 +96,20 @@ class TestNUMAOverheadFilter(fakes.NovaTestCase):
         self.flags(unknown_host='fail')
         self.assertEqual(['low', 'mid', 'high'], self.passing(spec_obj))
 
-    def test_host_that_cannot_hold_the_request_fails_a_limit(self):
+    def test_host_that_cannot_hold_the_request_is_unknown(self):
+        # Memory fit is Nova's to judge (RAM overcommit, guests placed
+        # since the report): such a host follows unknown_host, as one
+        # without a report does.
         spec_obj = fakes.spec(memory_mb=10 ** 6,
-                              extra_specs={'numa_overhead:max_level': '99'})
-        self.assertEqual(['unknown'], self.passing(spec_obj))
+                              extra_specs={'numa_overhead:max_level': '0'})
+        self.assertEqual(['low', 'mid', 'high', 'unknown'],
+                         self.passing(spec_obj))
+        self.assertEqual(['low'], self.passing(spec_obj, self.hosts[:1]))
+        self.flags(unknown_host='fail')
+        self.assertEqual([], self.passing(spec_obj))
+        self.assertIn('low fails NUMAOverheadFilter: its reported free '
+                      'memory cannot hold the request and unknown_host=fail',
+                      self.logger.output)
 
     def test_invalid_hint_fails_the_request_with_a_reason(self):
         spec_obj = fakes.spec(hints={'numa_overhead_max_level': 'lots'})
