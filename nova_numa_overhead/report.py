@@ -296,14 +296,18 @@ def _planned(value) -> 'Planned | None':
     if type(value) is not dict:
         raise InvalidReport('planned must be an object')
     policy = value.get('policy')
-    if type(policy) is not str or not 0 < len(policy) <= MAX_TOKEN_LEN:
+    if type(policy) is not str or not policy:
         raise InvalidReport('planned.policy must be a policy name')
+    mb, overhead = value.get('mb'), value.get('overhead')
+    if type(mb) is not list:
+        raise InvalidReport('planned.mb must be a list of request sizes')
+    if policy not in planner.POLICIES or len(mb) > len(_BUCKETS) or \
+            mb != _BUCKETS[:len(mb)]:
+        # A newer agent's plan (other buckets, another policy): ignored,
+        # whatever its values, as the versioning rule says.
+        return None
     max_nodes = _int(value.get('max_nodes'), 'planned.max_nodes', 1,
                      MAX_NODES)
-    mb, overhead = value.get('mb'), value.get('overhead')
-    if type(mb) is not list or len(mb) > len(_BUCKETS):
-        raise InvalidReport('planned.mb must be a list of at most %d '
-                            'request sizes' % len(_BUCKETS))
     if type(overhead) is not list or len(overhead) != len(mb):
         raise InvalidReport('planned.overhead must be a list as long as '
                             'planned.mb')
@@ -316,8 +320,6 @@ def _planned(value) -> 'Planned | None':
             if type(v) not in _NUMBER or not 0 <= v <= MAX_OVERHEAD:
                 raise InvalidReport('planned.overhead[%d] must be a number '
                                     'from 0 to %d' % (k, MAX_OVERHEAD))
-    if mb != _BUCKETS[:len(mb)] or policy not in planner.POLICIES:
-        return None
     # Thousandths of a level: the planner rounds to three decimals, so
     # m / 1000 gives the agent's number back exactly.
     return Planned(policy, max_nodes, array.array('I', map(
