@@ -97,20 +97,41 @@ def _start(conf, topic, endpoint, prefix, transport=None):
     # No executor is named: oslo.messaging picks the one the process runs
     # with (eventlet in a monkey-patched Nova, threads otherwise), and
     # naming one is deprecated.
+    own = transport is None
     transport = transport or get_transport(conf)
-    target = messaging.Target(topic=topic, server=_server_name(prefix))
-    server = messaging.get_rpc_server(transport, target, [endpoint])
-    server.start()
+    try:
+        target = messaging.Target(topic=topic, server=_server_name(prefix))
+        server = messaging.get_rpc_server(transport, target, [endpoint])
+        server.start()
+    except Exception:
+        # A start retried every few seconds while the broker is away
+        # leaves no transport (connections, threads) behind.
+        if own:
+            _cleanup(transport)
+        raise
     with _SERVERS_LOCK:
         _SERVERS.append(server)
     return server
 
 
+def _cleanup(transport) -> None:
+    try:
+        transport.cleanup()
+    except Exception:
+        LOG.debug('Error cleaning up a transport', exc_info=True)
+
+
 def start_scheduler_listener(conf, store, transport=None):
     """Listen for reports into ``store``; ask agents for fresh ones."""
+    own = transport is None
     transport = transport or get_transport(conf)
-    server = _start(conf, conf.numa_overhead.report_topic,
-                    SchedulerEndpoint(store), 'scheduler', transport)
+    try:
+        server = _start(conf, conf.numa_overhead.report_topic,
+                        SchedulerEndpoint(store), 'scheduler', transport)
+    except Exception:
+        if own:
+            _cleanup(transport)
+        raise
     LOG.info('Listening for NUMA overhead reports on topic %s',
              conf.numa_overhead.report_topic)
     if conf.numa_overhead.sync_on_start:
@@ -188,8 +209,20 @@ def stop_listeners() -> None:
         servers = list(_SERVERS)
         _SERVERS.clear()
     for server in servers:
-        try:
-            server.stop()
-            server.wait()
-        except Exception:
-            LOG.debug('Error stopping a report listener', exc_info=True)
+        _stop(server)
+
+
+def stop_listener(server) -> None:
+    """Stop one server :func:`_start` started (the others keep on)."""
+    with _SERVERS_LOCK:
+        if server in _SERVERS:
+            _SERVERS.remove(server)
+    _stop(server)
+
+
+def _stop(server) -> None:
+    try:
+        server.stop()
+        server.wait()
+    except Exception:
+        LOG.debug('Error stopping a report listener', exc_info=True)

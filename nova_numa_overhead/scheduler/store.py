@@ -327,7 +327,20 @@ class ReportStore:
             if len(entries) >= self._opts.max_hosts and \
                     not self._make_room(now, ttl):
                 return self._refuse_new_host(host, now)
-        elif old.agent_id == parsed.agent_id:
+        elif old.agent_id != parsed.agent_id:
+            if old.received >= now - ttl and now - parsed.age < old.received:
+                # Another run's report older than the one held (the run
+                # before a restart, late; or two agents given one host
+                # name): it must not replace fresher figures.
+                self.ignored += 1
+                self._warn(self._rejects, 'Ignored NUMA overhead report '
+                           '%(seq)d of host %(host)s from agent %(id)s: '
+                           'older than the one held from agent %(have)s '
+                           '(two agents for one host?)',
+                           {'seq': parsed.seq, 'host': host,
+                            'id': parsed.agent_id, 'have': old.agent_id})
+                return False
+        else:
             if parsed.seq <= old.seq:
                 self.ignored += 1
                 LOG.debug('Ignored NUMA overhead report %(seq)d of host '
@@ -466,7 +479,19 @@ class ReportStore:
     # -- look-ups ---------------------------------------------------------
 
     def query(self, memory_mb: int, policy: str, max_nodes: int) -> 'Query':
-        """Look-ups for one request: everything per-request done once."""
+        """Look-ups for one request: everything per-request done once.
+
+        Also sweeps when due, should no report arrive (a broker away):
+        hosts gone stale are logged, silent ones forgotten. Without
+        waiting: a request never waits for the lock.
+        """
+        due = self._next_sweep
+        if due is not None and self.clock() >= due and \
+                self._lock.acquire(blocking=False):
+            try:
+                self._sweep(self.clock(), self._opts.report_ttl)
+            finally:
+                self._lock.release()
         return Query(self, memory_mb, policy, max_nodes)
 
     def planned_overhead(self, host: str, free_ram_mb, num_instances,
@@ -646,11 +671,16 @@ class Listener:
         while not self._stopped.is_set():
             error = None
             try:
-                start(self.conf, self.store)
+                server = start(self.conf, self.store)
             except Exception as exc:
                 error = exc
             if error is None:
                 self._listening.set()
+                if self._stopped.is_set() and server is not None:
+                    # stop() ran while the start waited for the broker,
+                    # before its server was known: stopped now.
+                    from nova_numa_overhead import rpc
+                    rpc.stop_listener(server)
                 return
             self.failures += 1
             LOG.log(logging.WARNING if self.failures == 1 else logging.DEBUG,

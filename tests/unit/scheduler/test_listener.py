@@ -151,6 +151,55 @@ class TestListener(base.TestCase):
         self.assertFalse(listener.wait(0))
         self.assertEqual([1], calls)
 
+    def test_a_start_that_returns_after_stop_is_stopped(self):
+        # The broker came back while stop() ran: the server the start
+        # returns is stopped, the others (a new worker's) are not.
+        release, server = threading.Event(), mock.Mock()
+
+        def start(conf, store):
+            release.wait(30)
+            return server
+        listener = store_mod.Listener(self.conf, None, start=start)
+        stop = self.useFixture(fixtures.MockPatch(
+            'nova_numa_overhead.rpc.stop_listener', autospec=True))
+        self.useFixture(fixtures.MockPatch(
+            'nova_numa_overhead.rpc.stop_listeners', autospec=True))
+        listener.start()
+        listener.stop()
+        release.set()
+        listener._thread.join(5)
+        stop.mock.assert_called_once_with(server)
+
+
+class TestStopListener(base.TestCase):
+
+    def test_stops_one_server_and_forgets_it(self):
+        one, other = mock.Mock(), mock.Mock()
+        self.useFixture(fixtures.MockPatchObject(rpc, '_SERVERS',
+                                                 [one, other]))
+        rpc.stop_listener(one)
+        one.stop.assert_called_once_with()
+        one.wait.assert_called_once_with()
+        other.stop.assert_not_called()
+        self.assertEqual([other], rpc._SERVERS)
+
+    def test_a_failed_start_cleans_its_transport_up(self):
+        transport = mock.Mock()
+        self.useFixture(fixtures.MockPatchObject(
+            rpc, 'get_transport', return_value=transport))
+        self.useFixture(fixtures.MockPatchObject(
+            rpc.messaging, 'get_rpc_server',
+            side_effect=ConnectionRefusedError('down')))
+        conf = mock.Mock()
+        self.assertRaises(ConnectionRefusedError,
+                          rpc.start_scheduler_listener, conf, None)
+        transport.cleanup.assert_called_once_with()
+        # A transport given by the caller is the caller's.
+        given = mock.Mock()
+        self.assertRaises(ConnectionRefusedError,
+                          rpc.start_scheduler_listener, conf, None, given)
+        given.cleanup.assert_not_called()
+
 
 class TestPerProcess(base.TestCase):
 

@@ -328,6 +328,23 @@ class TestHostage(StoreTestCase):
             base.make_report(seq=1, agent_id='agent-2', llc=3)))
         self.assertEqual(3, self.store.get('host1').report.nodes[0].llc)
 
+    def test_another_run_s_older_report_does_not_replace_a_fresh_one(self):
+        # The run before a restart, late (or two agents given one host
+        # name): its figures are older than those held.
+        self.assertTrue(self.store.ingest(
+            base.make_report(seq=1, agent_id='agent-2', llc=3)))
+        self.clock.now += 10
+        self.assertFalse(self.store.ingest(
+            base.make_report(seq=500, agent_id='agent-1', llc=7, age=120.0)))
+        self.assertEqual(3, self.store.get('host1').report.nodes[0].llc)
+        self.assertIn('Ignored NUMA overhead report 500 of host host1 from '
+                      'agent agent-1: older than the one held from agent '
+                      'agent-2', self.warnings.output)
+        # Newer figures of the other run do.
+        self.assertTrue(self.store.ingest(
+            base.make_report(seq=501, agent_id='agent-1', llc=7, age=5.0)))
+        self.assertEqual(7, self.store.get('host1').report.nodes[0].llc)
+
     def test_age_beyond_the_ttl_is_refused(self):
         self.flags(report_ttl=60)
         self.store.ingest(base.make_report(seq=1, llc=1))
@@ -383,6 +400,26 @@ class TestBoundedStore(StoreTestCase):
         self.clock.now += 31 + store_mod.SWEEP_INTERVAL
         self.store.ingest(base.make_report(host='here'))
         self.assertEqual(['here'], self.store.hosts())
+
+    def test_sweep_runs_from_requests_when_no_report_arrives(self):
+        # The broker away: no report comes, the requests still sweep.
+        self.flags(report_ttl=10)
+        self.store.ingest(base.make_report(host='gone'))
+        self.clock.now += 11 + store_mod.SWEEP_INTERVAL
+        self.store.query(1024, 'proportional', 4)
+        self.assertIn('Host gone has sent no NUMA overhead report',
+                      self.logger.output)
+        self.clock.now += 30 + store_mod.SWEEP_INTERVAL
+        self.store.query(1024, 'proportional', 4)
+        self.assertEqual([], self.store.hosts())
+
+    def test_a_request_never_waits_for_the_sweep(self):
+        self.flags(report_ttl=10)
+        self.store.ingest(base.make_report(host='gone'))
+        self.clock.now += 11 + store_mod.SWEEP_INTERVAL
+        with self.store._lock:
+            self.store.query(1024, 'proportional', 4)
+        self.assertNotIn('Host gone has sent', self.logger.output)
 
     def test_max_hosts_refuses_new_hosts_keeps_fresh_ones(self):
         self.flags(max_hosts=3, report_ttl=60)
