@@ -186,8 +186,7 @@ def set_cgroup_mems(cgroup_text: str, nodes, root: str = ROOT) -> list:
             path = os.path.join(cgroup, 'cpuset.mems')
             before = _read(path).strip()
             try:
-                with open(path, 'w') as f:
-                    f.write(value)
+                _write(path, value)
             except OSError as e:
                 raise CgroupError(e.errno, 'cannot write %s to %s: %s'
                                   % (value, path, e.strerror))
@@ -211,10 +210,22 @@ def set_cgroup_mems(cgroup_text: str, nodes, root: str = ROOT) -> list:
 def _put_back(written) -> None:
     for cgroup, before in reversed(written):
         try:
-            with open(os.path.join(cgroup, 'cpuset.mems'), 'w') as f:
-                f.write(before)
+            _write(os.path.join(cgroup, 'cpuset.mems'), before)
         except OSError:
             pass
+
+
+def _write(path: str, value: str) -> None:
+    """One write(2) of ``value`` to a cgroup file, also of an empty one
+    (cgroup v2's "no restriction of its own", what libvirt leaves a
+    floating guest): Python writes nothing for an empty string, and a
+    cgroup file ignores O_TRUNC, so the old value would stay.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, (value or '\n').encode())
+    finally:
+        os.close(fd)
 
 
 def _enable_v1_migration(cgroup: str) -> None:

@@ -121,6 +121,26 @@ class TestSetMemoryNodes(CgroupFsTestCase):
                          [self.read('%s/%s' % (SCOPE, sub))
                           for sub in ('emulator', 'vcpu0', 'vcpu1')])
 
+    def test_an_empty_value_is_put_back_by_a_write(self):
+        # cgroup v2 reads "no restriction of its own" as an empty line;
+        # putting it back must reach the kernel (a cgroup file ignores
+        # O_TRUNC): one write of it per cgroup written.
+        self.process(42, '0::/%s/emulator\n' % SCOPE)
+        for sub in ('emulator', 'vcpu0'):
+            self.cgroup('%s/%s' % (SCOPE, sub), mems='', effective='0-1')
+        writes = []
+        real = os.write
+
+        def write(fd, data):
+            writes.append((os.readlink('/proc/self/fd/%d' % fd), data))
+            return real(fd, data)
+        self.useFixture(fixtures.MockPatchObject(cgroups.os, 'write',
+                                                 side_effect=write))
+        self.assertRaises(cgroups.CgroupError, cgroups.set_memory_nodes,
+                          42, [1, 2], proc=self.proc, root=self.root)
+        emulator = os.path.join(self.root, SCOPE, 'emulator', 'cpuset.mems')
+        self.assertEqual([(emulator, b'1,2'), (emulator, b'\n')], writes)
+
     def test_v1_turns_memory_migration_on(self):
         self.process(42, '4:cpuset:/%s/emulator\n' % SCOPE)
         directory = self.cgroup('cpuset/%s/emulator' % SCOPE)
