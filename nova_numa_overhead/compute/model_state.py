@@ -181,7 +181,7 @@ def save(path, data: dict) -> None:
                                dir=directory)
     try:
         with os.fdopen(fd, 'w', encoding='utf-8') as f:
-            json.dump(data, f, indent=1, sort_keys=True)
+            json.dump(data, f, indent=1, sort_keys=True, allow_nan=False)
             f.write('\n')
             f.flush()
             os.fchmod(f.fileno(), MODE)
@@ -350,9 +350,12 @@ class Keeper:
 
     def _snapshot(self) -> dict:
         state = self.optimizer.export_state()
+        # Only pairs load() accepts: one infinite or negative speed would
+        # have the whole file refused at the next start.
         return {'trust': state['trust'],
                 'learned_at': utc(state.get('learned_at')),
-                'predictions': {k: [list(p) for p in v]
+                'predictions': {k: [list(p) for p in v if len(p) == 2 and
+                                    None not in map(_speed, p)]
                                 for k, v in state['predictions'].items()}}
 
     def save(self, force: bool = False) -> bool:
@@ -379,7 +382,7 @@ class Keeper:
                     saved_at=utc(time.time()))
         try:
             save(self.path, data)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             if not self.failing:
                 LOG.warning('Cost model state not saved (it stays in '
                             'memory; warned once until a save works): '

@@ -11,6 +11,7 @@
 # under the License.
 
 import json
+import math
 import os
 import time
 from unittest import mock
@@ -101,6 +102,28 @@ class TestModelState(base.TestCase):
         self.assertIn('Cost model state restored from %s (saved %s): trust '
                       '0.45, predictions of 2 moved guests' % (
                           self.path, data['saved_at']), self.logger.output)
+
+    def test_pairs_a_restart_would_refuse_are_not_written(self):
+        # One infinite or negative speed would have the whole file (the
+        # trust, every pair) refused at the next start.
+        optimizer, keeper = self.learned()
+        optimizer.predictions['guest'].extend(
+            [(math.inf, 1.0), (1.0, math.nan), (-0.1, 1.0)])
+        self.assertTrue(keeper.save(force=True))
+        restored = self.optimizer()
+        self.assertTrue(self.keeper(restored).restore())
+        self.assertEqual([(1.2, 1.05), (1.1, 1.12)],
+                         list(restored.predictions['guest']))
+        self.assertEqual(0.45, restored.trust)
+
+    def test_a_trust_that_is_not_a_number_is_not_written(self):
+        optimizer, keeper = self.learned()
+        self.assertTrue(keeper.save(force=True))
+        optimizer.trust = optimizer.learned_trust = math.nan
+        self.assertFalse(keeper.save(force=True))
+        self.assertIn('Cost model state not saved', self.logger.output)
+        # The file written before stays.
+        self.assertTrue(self.keeper(self.optimizer()).restore())
 
     def test_written_when_changed_at_most_once_a_minute(self):
         optimizer, keeper = self.learned()
