@@ -348,7 +348,9 @@ def pinned_reason(root, extra_specs: dict) -> str:
 
     Such guests are reported but never touched: strict numatune with
     ``<memnode>`` cells, dedicated CPUs, hugepages, or the flavor asking
-    for a NUMA topology or a page size.
+    for a NUMA topology or a page size. Also file-backed memory (Nova's
+    ``[libvirt] file_backed_memory``): its RAM is page cache, which the
+    agent neither measures per node nor moves.
     """
     numatune = root.find('numatune')
     if numatune is not None:
@@ -365,6 +367,8 @@ def pinned_reason(root, extra_specs: dict) -> str:
         return 'hw:cpu_policy=%s' % policy
     if root.find('./memoryBacking/hugepages') is not None:
         return 'hugepages'
+    if root.find("./memoryBacking/source[@type='file']") is not None:
+        return 'file-backed memory'
     for key in PINNING_EXTRA_SPECS:
         if key in extra_specs:
             return '%s=%s' % (key, extra_specs[key])

@@ -243,6 +243,20 @@ class TestParsing(base.TestCase):
         self.assertEqual('hw:cpu_policy=dedicated with vcpupin',
                          info.pinned_reason)
 
+    def test_file_backed_memory_is_left_alone(self):
+        # Nova's [libvirt] file_backed_memory: the guest's RAM is page
+        # cache, which the agent neither measures per node nor moves.
+        xml = self._xml().replace(
+            '<os>', '<memoryBacking><source type="file"/><access '
+            'mode="shared"/></memoryBacking><os>')
+        info = libvirt_driver.parse_domain(xml)
+        self.assertEqual((True, 'file-backed memory'),
+                         (info.pinned, info.pinned_reason))
+        memfd = self._xml().replace(
+            '<os>', '<memoryBacking><source type="memfd"/></memoryBacking>'
+            '<os>')
+        self.assertFalse(libvirt_driver.parse_domain(memfd).pinned)
+
     def test_unparseable_xml(self):
         info = libvirt_driver.parse_domain('<domain><name>x</nam',
                                            name='x', uuid='u')
