@@ -132,7 +132,7 @@ def _run(args) -> int:
     if args.command == 'reports':
         return reports.run(args)
     if args.command == 'simulate':
-        from nova_numa_overhead.sim import cli as sim_cli
+        sim_cli = _sim_cli()
         if args.plot:
             common.check_figure(args.plot)
         return sim_cli.run(args)
@@ -143,6 +143,19 @@ def _run(args) -> int:
     return common.EXIT_USAGE
 
 
+def _sim_cli():
+    """The simulator's command line module; a one-line error where the
+    simulator's packages are missing (a scheduler or API node's install).
+    """
+    try:
+        from nova_numa_overhead.sim import cli as sim_cli
+    except ImportError as exc:
+        raise common.CommandError(
+            'the simulator needs %s: pip install \'nova-numa-overhead[sim]\''
+            % (exc.name or exc))
+    return sim_cli
+
+
 def _demo(args) -> int:
     from nova_numa_overhead import demo as demo_mod
     common.check_broker(args.transport_url)
@@ -150,8 +163,7 @@ def _demo(args) -> int:
         common.check_figure(args.plot)
     try:
         if not args.scheduler_only:
-            from nova_numa_overhead.sim import cli as sim_cli
-            rc = sim_cli.run(argparse.Namespace(
+            rc = _sim_cli().run(argparse.Namespace(
                 list=False, scenario=DEMO_SCENARIO, scenario_file=None,
                 sweep=None, workers=2, all=False,
                 seed=None, policies=None, format='table',

@@ -44,7 +44,10 @@ format is in doc/source/user/simulator.rst::
 """
 
 import dataclasses
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 
 from nova_numa_overhead.sim import backend
 from nova_numa_overhead.sim import model

@@ -17,6 +17,7 @@ traceback. Cases that depend on the process (a closed pipe, warnings at
 import) run the console script's module in a subprocess.
 """
 
+import builtins
 import io
 import json
 import os
@@ -169,6 +170,17 @@ class TestProbe(CommandTestCase):
         return self.stdout.getvalue()
 
 
+def _without(missing):
+    real = builtins.__import__
+
+    def importer(name, *args, **kwargs):
+        if name == missing or name.startswith(missing + '.'):
+            raise ModuleNotFoundError('No module named %r' % name,
+                                      name=name)
+        return real(name, *args, **kwargs)
+    return importer
+
+
 class TestSimulate(CommandTestCase):
 
     def test_plot_with_an_unknown_format_fails_before_running(self):
@@ -194,6 +206,20 @@ class TestSimulate(CommandTestCase):
     def test_format_has_help(self):
         self.assertEqual(0, self.run_main('simulate', '--help'))
         self.assertIn('output format', self.stdout.getvalue())
+
+    def test_without_the_simulator_s_packages_one_line(self):
+        # A scheduler or API node's install has no numpy.
+        patched = mock.patch.dict(sys.modules)
+        patched.start()
+        self.addCleanup(patched.stop)
+        for mod in [m for m in sys.modules if m.startswith(
+                'nova_numa_overhead.sim')]:
+            del sys.modules[mod]
+        self.useFixture(fixtures.MockPatchObject(
+            builtins, '__import__', side_effect=_without('numpy')))
+        rc = self.run_main('simulate', '--scenario', 'remote-4', '--quiet')
+        self.assertOneLineError(rc, "the simulator needs numpy: pip install "
+                                "'nova-numa-overhead[sim]'", code=1)
 
     def test_unknown_command_is_one_line(self):
         rc = self.run_main('simulat')
