@@ -217,8 +217,9 @@ Related options:
         default=30,
         min=0,
         help="""
-Seconds between two rebalancing passes (the P2M swap FIFO analogue); 0
-disables rebalancing.
+Seconds between two rebalancing passes (the P2M swap FIFO analogue) and
+periodic vCPU co-locations (``colocate_vcpus``); 0 disables both (the
+co-location when a guest is placed stays).
 
 Possible values:
 
@@ -435,8 +436,9 @@ Related options:
         default=False,
         help="""
 Narrow a floating guest's vCPU affinity to the CPUs of the nodes holding most
-of its memory (vTRMS/vDARM), inside the host's shared CPU set. Off by
-default: Nova owns vCPU placement.
+of its memory (vTRMS/vDARM), inside the host's shared CPU set, when it is
+placed and every ``rebalance_interval``. Off by default: Nova owns vCPU
+placement.
 
 Possible values:
 
@@ -445,6 +447,7 @@ Possible values:
 Related options:
 
 * ``[numa_overhead_agent] enforcement`` (``nodeset`` or ``pages``)
+* ``[numa_overhead_agent] rebalance_interval``
 """),
     cfg.BoolOpt(
         'remote_placement',

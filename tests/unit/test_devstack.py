@@ -18,6 +18,7 @@ unstack.sh and clean.sh do (settings sourced first, then
 Nova's own option definitions.
 """
 
+import configparser
 import os
 import shutil
 import subprocess
@@ -258,6 +259,16 @@ class TestPostConfig(DevstackPluginTestCase):
         self.assertEqual('lxc:///', agent.connection_uri)
         self.assertEqual(os.path.join(self.state_dir, 'topology.json'),
                          agent.topology_file)
+        with open(self.nova_conf) as f:
+            self.assertNotIn('enabled_perf_events', f.read())
+
+    def test_perf_events_for_nova_compute_when_asked(self):
+        events = 'cpu_cycles,instructions,cache_references,cache_misses'
+        self.run_phase('stack', 'post-config',
+                       NUMA_OVERHEAD_PERF_EVENTS=events)
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        parser.read(self.nova_conf)
+        self.assertEqual(events, parser.get('libvirt', 'enabled_perf_events'))
 
     def test_empty_max_level_unsets_it(self):
         self.write_conf('[numa_overhead]\nmax_level = 3\n')
