@@ -30,9 +30,10 @@ run on; when unknown every node is tried and the best plan kept):
    remote accesses cost latency the integer levels do not show.
 3. Shares are proportional to ``1 / (1 + overhead)``, rounded to binary
    fractions of the request: every share is one power-of-two block
-   (1/2, 1/4, 1/8 ... of the request), the blocks add up to the request, a
-   lower overhead never gets a smaller block and equal overheads get equal
-   blocks (so the highest-overhead node may get none).
+   (1/2, 1/4, 1/8 ... of the request), the blocks add up to the request and
+   a lower overhead never gets a smaller block; equal overheads get equal
+   blocks where blocks that add up allow it (three equal nodes cannot: two
+   halves, the third none), and the highest-overhead nodes may get none.
    A share never exceeds the node's free memory; what a full node cannot
    take goes to the next lowest-overhead node with room.
 """
@@ -233,9 +234,10 @@ def binary_fractions(overheads: tuple) -> tuple:
 
     The ideal share of a node is proportional to ``1 / (1 + overhead)``.
     Among the assignments of power-of-two blocks where a lower overhead
-    never gets a smaller block, equal overheads get equal blocks and only
-    the highest-overhead nodes may get nothing, the one closest to the
-    ideal shares (least squares) wins. Above ``SEARCH_LIMIT`` nodes a
+    (then a lower position among equals) never gets a smaller block, the
+    one closest to the ideal shares (least squares) wins: nodes of equal
+    overhead get equal blocks where blocks that add up to 1 allow it, and
+    those left without one are the last. Above ``SEARCH_LIMIT`` nodes a
     greedy rounding is used instead.
     """
     n = len(overheads)
