@@ -26,6 +26,8 @@ and add ``nova_numa_overhead.scheduler.filters.NUMAOverheadFilter`` to
 ``available_filters``.
 """
 
+import time
+
 import nova.conf
 from nova.scheduler import filters
 from nova.scheduler.filters import utils as filter_utils
@@ -40,6 +42,12 @@ LOG = logging.getLogger(__name__)
 CONF = nova.conf.CONF
 
 
+# A bad aggregate value is met for each of its hosts at every request.
+_BAD_AGGREGATES = store._Throttle(
+    '%(count)d more hosts with a bad numa_overhead_max_level aggregate value '
+    'in the last %(interval)d s', logger=LOG)
+
+
 def aggregate_max_level(host_state) -> int | None:
     """Smallest valid ``numa_overhead_max_level`` of the host's aggregates."""
     values = []
@@ -49,8 +57,9 @@ def aggregate_max_level(host_state) -> int | None:
             values.append(request.parse_int(
                 'aggregate metadata ' + request.AGG_MAX_LEVEL, value, 0))
         except request.InvalidRequest as exc:
-            LOG.warning('Ignoring %(exc)s on host %(host)s',
-                        {'exc': exc, 'host': host_state.host})
+            _BAD_AGGREGATES.log(time.monotonic(), 'Ignoring %(exc)s on host '
+                                '%(host)s', {'exc': exc,
+                                             'host': host_state.host})
     return min(values) if values else None
 
 
@@ -82,7 +91,8 @@ class NUMAOverheadFilter(filters.BaseHostFilter):
 
     def filter_all(self, filter_obj_list, spec_obj):
         hosts = list(filter_obj_list)
-        if scheduler_utils.request_is_rebuild(spec_obj):
+        if scheduler_utils.request_is_rebuild(spec_obj) or \
+                request.placed_by_nova(spec_obj):
             return hosts
         try:
             return self._filter_all(hosts, spec_obj)
@@ -94,13 +104,7 @@ class NUMAOverheadFilter(filters.BaseHostFilter):
             return hosts
 
     def _filter_all(self, hosts, spec_obj):
-        try:
-            req = request.from_spec(spec_obj, CONF)
-        except request.InvalidRequest as exc:
-            LOG.error('NUMAOverheadFilter rejects every host for instance '
-                      '%(uuid)s: %(reason)s',
-                      {'uuid': spec_obj.instance_uuid, 'reason': exc})
-            return []
+        req = request.from_spec(spec_obj, CONF)
         if not hosts:
             return hosts
         opts = CONF.numa_overhead

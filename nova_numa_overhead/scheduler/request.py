@@ -25,6 +25,14 @@ Scheduler hint: ``numa_overhead_max_level`` (int >= 0). It can only lower
 the limit the flavor, the aggregate and the configuration set. The
 placement policy comes from the flavor alone, because the compute agent
 sees the flavor's extra specs in the domain metadata, never the hints.
+nova-api checks no hint, and a server's hints stay in its request spec
+for every later move (evacuate, migrate, resize, unshelve): a bad one is
+logged and ignored, never a reason to refuse every host.
+
+A request whose memory Nova places itself (a NUMA topology: dedicated
+CPUs, hugepages, ``hw:numa_nodes``...; the agent leaves such guests alone)
+is not the plugin's: the filter passes every host, the weigher weighs
+none.
 """
 
 import dataclasses
@@ -57,6 +65,9 @@ AGG_WEIGHT_MULTIPLIER = 'numa_overhead_weight_multiplier'
 _BAD_FLAVORS = store._Throttle(
     '%(count)d more requests with bad numa_overhead:* flavor extra specs '
     'in the last %(interval)d s', logger=LOG)
+_BAD_HINTS = store._Throttle(
+    '%(count)d more requests with a bad numa_overhead_max_level hint in the '
+    'last %(interval)d s', logger=LOG)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +81,19 @@ class OverheadRequest:
     rebalance: bool
 
 
+def placed_by_nova(spec_obj) -> bool:
+    """Whether Nova places this request's memory itself (the request
+    spec has a NUMA topology, as the NUMATopologyFilter reads it).
+    """
+    return spec_obj.obj_attr_is_set('numa_topology') and \
+        spec_obj.numa_topology is not None
+
+
 def hint_max_level(hints) -> int | None:
-    """The ``numa_overhead_max_level`` hint, or None."""
+    """The ``numa_overhead_max_level`` hint, or None.
+
+    :raises InvalidRequest: naming the problem.
+    """
     if not hints or HINT_MAX_LEVEL not in hints:
         return None
     value = hints[HINT_MAX_LEVEL]
@@ -111,9 +133,7 @@ def from_spec(spec_obj, conf) -> OverheadRequest:
     A bad flavor extra spec (one nova-api did not check: set before the
     plugin was installed, or through a compute API microversion below
     2.86) is logged and ignored for the request: its default applies, and
-    the flavor's good ones still do.
-
-    :raises InvalidRequest: for a bad hint.
+    the flavor's good ones still do. A bad hint is logged and ignored.
     """
     opts = conf.numa_overhead
     default_policy = opts.default_policy
@@ -127,8 +147,15 @@ def from_spec(spec_obj, conf) -> OverheadRequest:
                                     default_max_nodes)
     hints = spec_obj.scheduler_hints if spec_obj.obj_attr_is_set(
         'scheduler_hints') else None
-    limits = [v for v in (policy.max_level, hint_max_level(hints))
-              if v is not None]
+    try:
+        hint = hint_max_level(hints)
+    except InvalidRequest as exc:
+        hint = None
+        _BAD_HINTS.log(
+            time.monotonic(), 'Ignoring a bad scheduler hint of instance '
+            '%(uuid)s: %(reason)s', {'uuid': spec_obj.instance_uuid,
+                                     'reason': exc}, logging.ERROR)
+    limits = [v for v in (policy.max_level, hint) if v is not None]
     return OverheadRequest(memory_mb=max(int(flavor.memory_mb), 1),
                            policy=policy.policy, max_nodes=policy.max_nodes,
                            max_level=min(limits) if limits else None,

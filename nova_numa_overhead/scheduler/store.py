@@ -510,16 +510,15 @@ class ReportStore:
         opts = self._opts
         penalty = opts.claim_penalty
         policy, max_nodes, _index = key
-        view = []
+        claimed = (used_mb, guests, penalty)
 
         def plan(size):
-            if not view:
-                view.append(self._correct(entry.report, used_mb, guests,
-                                          penalty))
-            return _plan_overhead(view[0], size, policy, max_nodes)
+            # The corrected view, made once for every bucket and policy.
+            view = entry.cached(claimed, lambda: self._correct(
+                entry.report, used_mb, guests, penalty))
+            return _plan_overhead(view, size, policy, max_nodes)
 
-        return _planned(entry, (used_mb, guests, penalty) + key, memory_mb,
-                        plan)
+        return _planned(entry, claimed + key, memory_mb, plan)
 
     def _correct(self, report, used_mb, guests, penalty):
         """The host's view after ``guests`` guests of ``used_mb`` in all."""
@@ -533,14 +532,14 @@ class ReportStore:
             plan = planner.plan(view, size, opts.default_policy,
                                 opts.default_max_nodes)
             if plan is None:
-                free = [0] * report.size
-                break
+                return report.view(extra=extra, free_mb=[0] * report.size,
+                                   guests=count)
             for node, mb in plan.shares.items():
                 free[node] -= mb
                 count[node] += 1
                 extra[node] += penalty
             view = report.view(extra=extra, free_mb=free, guests=count)
-        return report.view(extra=extra, free_mb=free, guests=count)
+        return view
 
 
 def _normal(policy: str) -> str:

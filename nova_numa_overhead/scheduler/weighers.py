@@ -32,7 +32,6 @@ mean gain for more harm; see the option's help and the deployment guide).
 """
 
 import math
-import time
 
 import nova.conf
 from nova.scheduler import utils as scheduler_utils
@@ -60,9 +59,6 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
         plugin_conf.register_opts(CONF)
         self._multiplier = None
         # Both repeat at every request: throttled.
-        self._bad_requests = store._Throttle(
-            '%(count)d more requests with a bad hint weighed the same on '
-            'every host in the last %(interval)d s', logger=LOG)
         self._failures = store._Throttle(
             '%(count)d more requests NUMAOverheadWeigher could not weigh in '
             'the last %(interval)d s', burst=1, logger=LOG)
@@ -105,24 +101,21 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
             # Off (the default) and no aggregate turns it on: every weight
             # would be multiplied by 0; no look-up.
             return [0.0] * len(weighed_obj_list)
+        if request.placed_by_nova(weight_properties):
+            # Nova places its memory (a NUMA topology): not the plugin's.
+            return [0.0] * len(weighed_obj_list)
         unknown = opts.weight_of_unknown
-        try:
-            req = request.from_spec(weight_properties, CONF)
-        except request.InvalidRequest as exc:
-            # A bad hint (the filter, if enabled, fails the request with
-            # an error before it gets here).
-            self._bad_requests.log(
-                time.monotonic(), 'NUMAOverheadWeigher gives every host the '
-                'same weight: %(reason)s', {'reason': exc})
-            return [unknown] * len(weighed_obj_list)
+        req = request.from_spec(weight_properties, CONF)
         hosts = [obj.obj for obj in weighed_obj_list]
         try:
             query = store.get_store(CONF).query(req.memory_mb, req.policy,
                                                 req.max_nodes)
             planned = query.overheads(hosts)
         except Exception:
+            # 0, not weight_of_unknown: aggregates' multipliers would
+            # still tell the hosts apart.
             LOG.exception('NUMA overhead look-up failed')
-            return [unknown] * len(weighed_obj_list)
+            return [0.0] * len(weighed_obj_list)
         isfinite = math.isfinite
         # The hot loop of the weigher: one look-up per host, done above.
         # Nova does not clamp what weigh_objects returns: a planned

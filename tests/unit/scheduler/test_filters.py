@@ -13,6 +13,7 @@
 from unittest import mock
 
 import fixtures
+from nova import objects
 from oslo_config import fixture as config_fixture
 
 from nova_numa_overhead.scheduler import filters
@@ -35,8 +36,9 @@ def fresh_flavor_throttle(test):
     """request's throttle of bad flavor lines, as at start-up (other tests'
     lines would count against it).
     """
-    test.patch(request, '_BAD_FLAVORS', store._Throttle(
-        request._BAD_FLAVORS.summary, logger=request.LOG))
+    for name in ('_BAD_FLAVORS', '_BAD_HINTS'):
+        test.patch(request, name, store._Throttle(
+            getattr(request, name).summary, logger=request.LOG))
 
 
 def levels_report(host, level, guests=1):
@@ -111,14 +113,37 @@ class TestNUMAOverheadFilter(fakes.NovaTestCase):
                       'memory cannot hold the request and unknown_host=fail',
                       self.logger.output)
 
-    def test_invalid_hint_fails_the_request_with_a_reason(self):
-        spec_obj = fakes.spec(hints={'numa_overhead_max_level': 'lots'})
-        self.assertEqual([], self.passing(spec_obj))
-        self.assertIn('NUMAOverheadFilter rejects every host for instance '
+    def test_invalid_hint_is_logged_and_ignored(self):
+        # nova-api checks no hint, and it stays in the request spec for
+        # every later move of the server: it must not refuse them all.
+        fresh_flavor_throttle(self)
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '4'},
+                              hints={'numa_overhead_max_level': 'lots'})
+        self.assertEqual(['low', 'mid', 'unknown'], self.passing(spec_obj))
+        self.assertIn('Ignoring a bad scheduler hint of instance '
                       '4a1b9d5e-0000-4000-8000-000000000001: hint '
                       "numa_overhead_max_level: 'lots' is not an integer",
                       self.logger.output)
         self.assertNotIn('Traceback', self.logger.output)
+
+    def test_memory_nova_places_itself_is_not_filtered(self):
+        # A NUMA topology (dedicated CPUs, hugepages, hw:numa_nodes): the
+        # agent leaves the guest alone, its plan would never happen.
+        spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '0'})
+        spec_obj.numa_topology = objects.InstanceNUMATopology(cells=[])
+        self.assertEqual(['low', 'mid', 'high', 'unknown'],
+                         self.passing(spec_obj))
+
+    def test_a_bad_aggregate_value_is_logged_a_few_times(self):
+        fresh_flavor_throttle(self)
+        self.patch(filters, '_BAD_AGGREGATES', store._Throttle(
+            filters._BAD_AGGREGATES.summary, logger=filters.LOG))
+        hosts = [fakes.host_state('h%d' % i, aggregates=[
+            {'numa_overhead_max_level': 'high'}]) for i in range(50)]
+        self.passing(fakes.spec(), hosts)
+        self.assertEqual(store.LOG_BURST, self.logger.output.count(
+            "Ignoring aggregate metadata numa_overhead_max_level: 'high' "
+            "is not an integer"))
 
     def test_rebuild_is_not_filtered(self):
         spec_obj = fakes.spec(extra_specs={'numa_overhead:max_level': '0'},

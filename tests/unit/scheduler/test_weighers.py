@@ -14,6 +14,7 @@ import math
 from unittest import mock
 
 import fixtures
+from nova import objects
 from nova.scheduler import weights as nova_weights
 from nova.scheduler.weights import ram
 
@@ -120,18 +121,25 @@ class TestNUMAOverheadWeigher(fakes.NovaTestCase):
             [nova_weights.WeighedHost(h, 0.0) for h in hosts], fakes.spec())
         self.assertEqual([0.1, 0.1, 0.1, 0.5], raw)
 
-    def test_bad_hint_gives_equal_weights_with_a_warning(self):
-        warnings = self.useFixture(fixtures.FakeLogger(
-            name=weighers.__name__, level='WARNING'))
+    def test_bad_hint_is_ignored_with_an_error(self):
+        test_filters.fresh_flavor_throttle(self)
         hosts = [fakes.host_state(h) for h in ('high', 'low')]
         spec_obj = fakes.spec(hints={'numa_overhead_max_level': 'x'})
         for _ in range(store_mod.LOG_BURST + 5):
-            self.assertEqual([0.0, 0.0],
-                             [w for _, w in self.weigh(hosts, spec_obj)])
+            self.assertEqual([('low', 0.5), ('high', 0.111)],
+                             self.weigh(hosts, spec_obj))
         # Throttled, as every request with the hint repeats it.
-        self.assertEqual(store_mod.LOG_BURST, warnings.output.count(
-            "NUMAOverheadWeigher gives every host the same weight: hint "
+        self.assertEqual(store_mod.LOG_BURST, self.logger.output.count(
+            "Ignoring a bad scheduler hint of instance "
+            "4a1b9d5e-0000-4000-8000-000000000001: hint "
             "numa_overhead_max_level: 'x' is not an integer"))
+
+    def test_memory_nova_places_itself_is_not_weighed(self):
+        hosts = [fakes.host_state(h) for h in ('high', 'low')]
+        spec_obj = fakes.spec()
+        spec_obj.numa_topology = objects.InstanceNUMATopology(cells=[])
+        self.assertEqual([0.0, 0.0],
+                         [w for _, w in self.weigh(hosts, spec_obj)])
 
     def test_bad_flavor_spec_weighs_as_the_defaults(self):
         test_filters.fresh_flavor_throttle(self)
