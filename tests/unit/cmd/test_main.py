@@ -170,13 +170,16 @@ class TestProbe(CommandTestCase):
         return self.stdout.getvalue()
 
 
-def _without(missing):
+def _failing(module, missing):
+    """``__import__`` as where importing ``module`` fails on ``missing``
+    (not installed).
+    """
     real = builtins.__import__
 
     def importer(name, *args, **kwargs):
-        if name == missing or name.startswith(missing + '.'):
-            raise ModuleNotFoundError('No module named %r' % name,
-                                      name=name)
+        if name == module or name.startswith(module + '.'):
+            raise ModuleNotFoundError('No module named %r' % missing,
+                                      name=missing)
         return real(name, *args, **kwargs)
     return importer
 
@@ -208,15 +211,11 @@ class TestSimulate(CommandTestCase):
         self.assertIn('output format', self.stdout.getvalue())
 
     def test_without_the_simulator_s_packages_one_line(self):
-        # A scheduler or API node's install has no numpy.
-        patched = mock.patch.dict(sys.modules)
-        patched.start()
-        self.addCleanup(patched.stop)
-        for mod in [m for m in sys.modules if m.startswith(
-                'nova_numa_overhead.sim')]:
-            del sys.modules[mod]
+        # A scheduler or API node's install has no numpy: importing the
+        # simulator fails on it.
         self.useFixture(fixtures.MockPatchObject(
-            builtins, '__import__', side_effect=_without('numpy')))
+            builtins, '__import__',
+            side_effect=_failing('nova_numa_overhead.sim', 'numpy')))
         rc = self.run_main('simulate', '--scenario', 'remote-4', '--quiet')
         self.assertOneLineError(rc, "the simulator needs numpy: pip install "
                                 "'nova-numa-overhead[sim]'", code=1)
