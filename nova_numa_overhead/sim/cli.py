@@ -23,14 +23,35 @@ from nova_numa_overhead.sim import scenarios
 from nova_numa_overhead.sim import sweep
 
 
+# Processes of a sweep: one per CPU at most makes sense.
+MAX_WORKERS = 256
+
+
 def load(args):
     if args.scenario_file:
         scenario = scenarios.load(args.scenario_file)
     else:
         scenario = scenarios.get(args.scenario)
     if args.seed is not None:
-        scenario = dataclasses.replace(scenario, seed=args.seed)
+        # Another arrival order: the memory the guests need at once, and
+        # when their phases fall, change with it.
+        scenario = scenarios.check(
+            dataclasses.replace(scenario, seed=args.seed),
+            args.scenario_file or '')
     return scenario
+
+
+def policy_names(value):
+    """``--policies``: None for every policy; ValueError for an empty
+    list or name.
+    """
+    if value is None:
+        return None
+    names = tuple(p.strip() for p in value.split(','))
+    if not all(names):
+        raise ValueError('--policies %r: expected comma-separated policy '
+                         'names' % value)
+    return names
 
 
 def simulate(scenario, policies=None, progress=None, transport_url=None,
@@ -112,8 +133,7 @@ def run(args, out=None) -> int:
         return run_sweep(args, out)
     try:
         scenario = load(args)
-        policies = tuple(p.strip() for p in args.policies.split(',')) \
-            if args.policies else None
+        policies = policy_names(args.policies)
         settings = options(getattr(args, 'options', None))
         if policies:
             runner.check_policies(policies)
@@ -143,14 +163,14 @@ def run(args, out=None) -> int:
 
 
 def run_sweep(args, out) -> int:
-    if (args.sweep is not None and args.sweep < 1) or args.workers < 1:
-        print('nova-numa-overhead simulate: --sweep and --workers must be '
-              '>= 1', file=sys.stderr)
+    if (args.sweep is not None and args.sweep < 1) or \
+            not 1 <= args.workers <= MAX_WORKERS:
+        print('nova-numa-overhead simulate: --sweep must be >= 1, --workers '
+              'from 1 to %d' % MAX_WORKERS, file=sys.stderr)
         return 2
     progress = None
     try:
-        policies = tuple(p.strip() for p in args.policies.split(',')) \
-            if args.policies else None
+        policies = policy_names(args.policies)
         if policies:
             runner.check_policies(policies)
         settings = options(getattr(args, 'options', None))

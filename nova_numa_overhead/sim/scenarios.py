@@ -44,6 +44,7 @@ format is in doc/source/user/simulator.rst::
 """
 
 import dataclasses
+import math
 try:
     import tomllib
 except ImportError:  # Python 3.10: the same parser, from PyPI
@@ -434,11 +435,25 @@ class _Reader:
                          else 'must be >= %d' % minimum),
                         what='an integer')
 
-    def number(self, key, default=None, positive=False):
-        value = self.get(key, (int, float), default,
-                         (lambda v: None if v > 0 else 'must be > 0')
-                         if positive else None, what='a number')
+    def number(self, key, default=None, positive=False, maximum=None):
+        def check(v):
+            if not math.isfinite(v):
+                return 'must be a finite number'
+            if positive and not v > 0:
+                return 'must be > 0'
+            if maximum is not None and v > maximum:
+                return 'must be <= %g' % maximum
+            return None
+        value = self.get(key, (int, float), default, check,
+                         what='a number')
         return None if value is None else float(value)
+
+    def bounded(self, key, default, minimum, maximum):
+        """An integer from ``minimum`` to ``maximum``."""
+        return self.get(key, (int,), default, lambda v: None
+                        if minimum <= v <= maximum else
+                        'must be from %d to %d' % (minimum, maximum),
+                        what='an integer')
 
     def str(self, key, default=None):
         return self.get(key, (str,), default, what='a string')
@@ -465,7 +480,11 @@ class _Reader:
             for v in row:
                 if isinstance(v, bool) or not isinstance(
                         v, (int, float) if number else int):
-                    self.fail(key, 'expected numbers, got %s' % _kind(v))
+                    self.fail(key, 'expected %s, got %s' % (
+                        'numbers' if number else 'integers', _kind(v)))
+                if not math.isfinite(v) or v > MAX_MATRIX_VALUE:
+                    self.fail(key, 'values must be finite numbers up to '
+                              '%g' % MAX_MATRIX_VALUE)
         return tuple(tuple(float(v) for v in r) for r in rows)
 
 
@@ -493,6 +512,16 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
+# What a file may ask for: beyond these a run would not end in reasonable
+# time, or a report could not describe the host.
+MAX_NODES = 64
+MAX_HOSTS = 64
+MAX_GUESTS = 1000
+MAX_VCPUS = 1024
+MAX_SECONDS = 86400
+MAX_GHZ = 10.0
+MAX_MATRIX_VALUE = 1e6
+
 SCENARIO_KEYS = ('name', 'description', 'host', 'seed', 'duration',
                  'arrival_interval', 'measure', 'hosts', 'balancing',
                  'counters', 'guests')
@@ -508,18 +537,22 @@ PHASE_KEYS = ('at', 'profile')
 def _host_from_table(path, data) -> model.HostSpec:
     r = _Reader(path, 'host', data, HOST_KEYS)
     nodes_data = r.get('nodes', (list,), _REQUIRED, what='a list of tables')
-    if not nodes_data:
-        r.fail('nodes', 'at least one node')
+    if not 0 < len(nodes_data) <= MAX_NODES:
+        r.fail('nodes', 'from 1 to %d nodes' % MAX_NODES)
     nodes = []
     for i, entry in enumerate(nodes_data):
         n = _Reader(path, 'host.nodes[%d]' % i, entry, NODE_KEYS)
-        nodes.append(model.NodeSpec(
-            cores=n.int('cores', _REQUIRED, 1),
-            threads=n.int('threads', 1, 1),
-            llc_mb=n.number('llc_mb', _REQUIRED, True),
-            memory_mb=int(n.number('memory_gb', _REQUIRED, True) * GIB),
-            mc_gbps=n.number('mc_gbps', _REQUIRED, True),
-            controllers=n.int('controllers', 1, 1)))
+        node = model.NodeSpec(
+            cores=n.bounded('cores', _REQUIRED, 1, MAX_VCPUS),
+            threads=n.bounded('threads', 1, 1, 8),
+            llc_mb=n.number('llc_mb', _REQUIRED, True, MAX_MATRIX_VALUE),
+            memory_mb=int(n.number('memory_gb', _REQUIRED, True,
+                                   MAX_MATRIX_VALUE) * GIB),
+            mc_gbps=n.number('mc_gbps', _REQUIRED, True, MAX_MATRIX_VALUE),
+            controllers=n.bounded('controllers', 1, 1, 64))
+        if node.memory_mb < node.controllers:
+            n.fail('memory_gb', 'less than 1 MiB per controller')
+        nodes.append(node)
     size = len(nodes)
     latency = r.matrix('latency_ns', size)
     link = r.matrix('link_gbps', size)
@@ -529,20 +562,28 @@ def _host_from_table(path, data) -> model.HostSpec:
             if latency[a][b] <= 0 or (a != b and link[a][b] <= 0):
                 r.fail('latency_ns' if latency[a][b] <= 0 else 'link_gbps',
                        'values must be > 0 (off the diagonal for links)')
+            if (a == b and distances[a][b] != 10) or \
+                    (a != b and not 10 <= distances[a][b] <= 254):
+                r.fail('distances', 'SLIT distances: 10 on the diagonal, '
+                       '10 to 254 elsewhere')
     return model.HostSpec(
         name=r.str('name', 'custom'), nodes=tuple(nodes), latency_ns=latency,
         link_gbps=link,
         distances=tuple(tuple(int(v) for v in row) for row in distances),
-        ghz=r.number('ghz', 2.0, True))
+        ghz=r.number('ghz', 2.0, True, MAX_GHZ))
 
 
 def _guests(path, entries, spec) -> list:
     guests = []
     for i, entry in enumerate(entries):
         r = _Reader(path, 'guests[%d]' % i, entry, GUEST_KEYS)
-        count = r.int('count', 1, 1)
+        count = r.bounded('count', 1, 1, MAX_GUESTS)
+        if len(guests) + count > MAX_GUESTS:
+            r.fail('count', 'more than %d guests in all' % MAX_GUESTS)
         base = r.str('name', 'vm%d' % (i + 1))
         vcpu_nodes = r.int_list('vcpu_node', [0])
+        if not vcpu_nodes:
+            r.fail('vcpu_node', 'at least one node')
         touch = r.int_list('first_touch', None)
         specs = r.get('extra_specs', (dict,), {}, what='a table')
         for key, value in specs.items():
@@ -554,24 +595,32 @@ def _guests(path, entries, spec) -> list:
                                     what='a list of tables')):
             pr = _Reader(path, 'guests[%d].phases[%d]' % (i, j), p,
                          PHASE_KEYS)
-            phases.append(Phase(at=pr.int('at', _REQUIRED, 1),
+            phases.append(Phase(at=pr.bounded('at', _REQUIRED, 1,
+                                              MAX_SECONDS),
                                 profile=pr.str('profile', _REQUIRED)))
+        if len({p.at for p in phases}) < len(phases):
+            r.fail('phases', 'two phases at the same second')
         plan = dict(
-            profile=r.str('profile', 'ycsb'), vcpus=r.int('vcpus', 1, 1),
-            memory_mb=int(r.number('memory_gb', 4, True) * GIB),
+            profile=r.str('profile', 'ycsb'),
+            vcpus=r.bounded('vcpus', 1, 1, MAX_VCPUS),
+            memory_mb=int(r.number('memory_gb', 4, True, MAX_MATRIX_VALUE) *
+                          GIB),
             vcpu_nodes=tuple(vcpu_nodes),
             first_touch=tuple(touch if touch is not None
                               else vcpu_nodes[:1]),
             first_controller=r.int('first_controller', None, 0),
             extra_specs=tuple(sorted(specs.items())),
             pinned=r.bool('pinned', False),
-            leave_at=r.int('leave_at', None, 1),
+            leave_at=r.bounded('leave_at', None, 1, MAX_SECONDS),
             phases=tuple(sorted(phases, key=lambda p: p.at)),
             preallocate=r.bool('preallocate', False),
             floating=r.get('vcpu_affinity', (str,), 'node', lambda v: None
                            if v in ('node', 'host')
                            else 'must be "node" or "host"',
                            what='a string') == 'host')
+        if plan['first_controller'] is not None and \
+                not plan['first_touch']:
+            r.fail('first_controller', 'needs a first_touch node')
         for c in range(count):
             guests.append(GuestPlan(
                 name=base if count == 1 else '%s-%d' % (base, c + 1),
@@ -584,7 +633,7 @@ def load(path: str) -> Scenario:
     try:
         with open(path, 'rb') as f:
             data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ValueError('%s: not valid TOML: %s' % (path, exc))
     except OSError as exc:
         raise ValueError('%s: %s' % (path, exc.strerror or exc))
@@ -604,9 +653,30 @@ def load(path: str) -> Scenario:
         name=r.str('name', path),
         description=r.str('description', ''), host=spec,
         guests=tuple(_guests(path, entries, spec)),
-        seed=r.int('seed', 1), duration=r.int('duration', 60, 1),
-        arrival_interval=r.int('arrival_interval', 5, 1),
-        measure=r.int('measure', 30, 1), hosts=r.int('hosts', 1, 1),
+        seed=r.int('seed', 1),
+        duration=r.bounded('duration', 60, 1, MAX_SECONDS),
+        arrival_interval=r.bounded('arrival_interval', 5, 1, MAX_SECONDS),
+        measure=r.bounded('measure', 30, 1, MAX_SECONDS),
+        hosts=r.bounded('hosts', 1, 1, MAX_HOSTS),
         balancing=r.bool('balancing', True),
         counters=r.str('counters', backend.DEFAULT_COUNTERS))
-    return scenario.validate(path)
+    return check(scenario, path)
+
+
+def check(scenario, path: str = '') -> Scenario:
+    """``scenario`` validated, and what a file may ask for that its run
+    would never reach refused: measured over more than the run, a phase
+    after the run ends. ValueError, one line naming ``path``.
+    """
+    scenario.validate(path)
+    steps = scenario.steps()
+    if scenario.measure > steps:
+        raise ValueError('%s: measure: %d s is more than the run (%d s)'
+                         % (path or scenario.name, scenario.measure, steps))
+    for at, plan in scenario.arrivals():
+        for phase in plan.phases:
+            if at + phase.at >= steps:
+                raise ValueError(
+                    '%s: guest %s: its phase at %d s starts after the run '
+                    'ends (%d s)' % (path, plan.name, phase.at, steps))
+    return scenario

@@ -541,8 +541,8 @@ class TestScenarios(testtools.TestCase):
 
     def write(self, text):
         path = self.useFixture(fixtures.TempDir()).path + '/s.toml'
-        with open(path, 'w') as f:
-            f.write(text)
+        with open(path, 'wb') as f:
+            f.write(text if isinstance(text, bytes) else text.encode())
         return path
 
     def test_builtin_are_distinct(self):
@@ -612,6 +612,54 @@ class TestScenarios(testtools.TestCase):
              'profile = "ycsb"}]\n', "outside the guest's life"),
             ('name = "x"\n', 'guests: missing'),
             ('[[guests]\n', 'not valid TOML'),
+            # Values a run could not use, or that would never end.
+            ('[[guests]]\nmemory_gb = inf\n', 'must be a finite number'),
+            ('[[guests]]\nmemory_gb = nan\n', 'must be a finite number'),
+            ('[[guests]]\nvcpus = 1000000000\n', 'vcpus: must be from 1'),
+            ('[[guests]]\ncount = 1000000\n', 'count: must be from 1'),
+            ('[[guests]]\ncount = 600\nmemory_gb = 0.01\n[[guests]]\n'
+             'count = 600\nmemory_gb = 0.01\n', 'more than 1000 guests'),
+            ('duration = 1000000000\n[[guests]]\n', 'duration: must be'),
+            ('hosts = 1000000\n[[guests]]\n', 'hosts: must be from 1'),
+            ('measure = 1000\n[[guests]]\n', 'measure: 1000 s is more'),
+            ('[[guests]]\nphases = [{at = 1000, profile = "ycsb"}]\n',
+             'starts after the run ends'),
+            ('[[guests]]\nphases = [{at = 5, profile = "ycsb"}, {at = 5, '
+             'profile = "cpu-bound"}]\n', 'two phases at the same second'),
+            ('[[guests]]\nvcpu_node = []\n', 'vcpu_node: at least one'),
+            ('[[guests]]\nfirst_touch = []\nfirst_controller = 0\n',
+             'first_controller: needs a first_touch node'),
+            (b'\xff\xfe[[guests]]\n', 'not valid TOML'),
+        ]
+        host = ('[host]\nnodes = [{cores = 4, llc_mb = 8, memory_gb = %s, '
+                'mc_gbps = 10%s}, {cores = 4, llc_mb = 8, memory_gb = 16, '
+                'mc_gbps = 10}]\nlatency_ns = %s\nlink_gbps = %s\n'
+                'distances = %s\nghz = %s\n[[guests]]\nmemory_gb = 1\n')
+        good = ('16', '', '[[90, 140], [140, 90]]', '[[0, 8], [8, 0]]',
+                '[[10, 21], [21, 10]]', '2.0')
+
+        def with_host(i, value):
+            values = list(good)
+            values[i] = value
+            return host % tuple(values)
+        cases += [
+            (with_host(2, '[[inf, 140], [140, 90]]'), 'latency_ns: values '
+             'must be finite'),
+            (with_host(2, '[[90, nan], [140, 90]]'), 'latency_ns: values '
+             'must be finite'),
+            (with_host(3, '[[0, nan], [8, 0]]'), 'link_gbps: values must '
+             'be finite'),
+            (with_host(5, 'inf'), 'ghz: must be a finite number'),
+            (with_host(5, '1e300'), 'ghz: must be <= 10'),
+            (with_host(4, '[[10, 0], [21, 10]]'), 'SLIT distances'),
+            (with_host(4, '[[5, 21], [21, 10]]'), 'SLIT distances'),
+            (with_host(4, '[[10, 1.5], [21, 10]]'), 'expected integers'),
+            (with_host(1, ', controllers = 65'), 'controllers: must be '
+             'from 1 to 64'),
+            (with_host(0, '0.0001'), 'less than 1 MiB per controller'),
+            (host.replace('nodes = [', 'nodes = [' + '{cores = 1, llc_mb = '
+                          '1, memory_gb = 1, mc_gbps = 1}, ' * 64) % good,
+             'nodes: from 1 to 64 nodes'),
         ]
         for text, want in cases:
             path = self.write(text)
@@ -1106,6 +1154,37 @@ class TestCommand(testtools.TestCase):
         # read it; liu-li's own overrides still win.
         self.assertEqual([(0.5, True), (0.5, True), (0.5, False)], seen)
         self.assertIn('overhead-aware', data['policies'])
+
+    def test_bad_command_lines_are_one_line(self):
+        cases = [
+            (('--scenario', 'remote-2', '--policies', ''),
+             "--policies '': expected comma-separated policy names"),
+            (('--scenario', 'remote-2', '--policies', 'numad,'),
+             'expected comma-separated policy names'),
+            (('--sweep', '2', '--workers', '100000'),
+             '--workers from 1 to 256'),
+        ]
+        for args, want in cases:
+            rc, out, err = self.run_cli('simulate', '--quiet', *args)
+            self.assertEqual(2, rc, args)
+            self.assertIn(want, err)
+            self.assertEqual(1, len(err.strip().splitlines()), err)
+
+    def test_another_seed_is_checked_again(self):
+        # Two 100 GB guests on 128 GB, one leaving a second after it
+        # arrives: they fit only in the file's order (seed 1: b first).
+        path = self.useFixture(fixtures.TempDir()).path + '/s.toml'
+        with open(path, 'w') as f:
+            f.write('host = "ibm-x3850-2s"\nseed = 1\n'
+                    '[[guests]]\nname = "a"\nmemory_gb = 100\n'
+                    '[[guests]]\nname = "b"\nmemory_gb = 100\n'
+                    'leave_at = 1\n')
+        scenario = scenarios.load(path)
+        self.assertEqual(['b', 'a'], [p.name for _, p in scenario.arrivals()])
+        rc, out, err = self.run_cli('simulate', '--quiet', '--scenario-file',
+                                    path, '--seed', '5')
+        self.assertEqual(2, rc)
+        self.assertIn('overcommitted', err)
 
     def test_set_options_no_policy_reads_are_warned_of(self):
         rc, out, err = self.run_cli(
