@@ -93,7 +93,10 @@ class AgentEndpoint:
             LOG.exception('Failed to answer a report request')
 
 
-def _start(conf, topic, endpoint, prefix, transport=None):
+def _start(conf, topic, endpoint, prefix, transport=None, then=None):
+    """A server of ``endpoint`` on ``topic``, started and registered;
+    ``then(transport)`` after (the scheduler's sync request).
+    """
     # No executor is named: oslo.messaging picks the one the process runs
     # with (eventlet in a monkey-patched Nova, threads otherwise), and
     # naming one is deprecated.
@@ -111,6 +114,8 @@ def _start(conf, topic, endpoint, prefix, transport=None):
         raise
     with _SERVERS_LOCK:
         _SERVERS.append(server)
+    if then is not None:
+        then(transport)
     return server
 
 
@@ -123,20 +128,13 @@ def _cleanup(transport) -> None:
 
 def start_scheduler_listener(conf, store, transport=None):
     """Listen for reports into ``store``; ask agents for fresh ones."""
-    own = transport is None
-    transport = transport or get_transport(conf)
-    try:
-        server = _start(conf, conf.numa_overhead.report_topic,
-                        SchedulerEndpoint(store), 'scheduler', transport)
-    except Exception:
-        if own:
-            _cleanup(transport)
-        raise
-    LOG.info('Listening for NUMA overhead reports on topic %s',
-             conf.numa_overhead.report_topic)
-    if conf.numa_overhead.sync_on_start:
-        request_sync(conf, transport)
-    return server
+    def started(transport):
+        LOG.info('Listening for NUMA overhead reports on topic %s',
+                 conf.numa_overhead.report_topic)
+        if conf.numa_overhead.sync_on_start:
+            request_sync(conf, transport)
+    return _start(conf, conf.numa_overhead.report_topic,
+                  SchedulerEndpoint(store), 'scheduler', transport, started)
 
 
 def start_agent_listener(conf, on_sync, transport=None):

@@ -12,9 +12,8 @@
 """The installed package's version: what agents report and save."""
 
 import functools
-import re
 
-_TOKEN_RE = re.compile(r'[!-~]{1,64}')
+from nova_numa_overhead import report
 
 
 @functools.lru_cache(maxsize=None)
@@ -30,4 +29,5 @@ def version_string() -> str:
     except Exception:
         return 'unknown'
     return value if isinstance(value, str) and \
-        _TOKEN_RE.fullmatch(value) else 'unknown'
+        0 < len(value) <= report.MAX_TOKEN_LEN and \
+        report._TOKEN_RE.fullmatch(value) else 'unknown'

@@ -33,10 +33,9 @@ def load(args):
     else:
         scenario = scenarios.get(args.scenario)
     if args.seed is not None:
-        # Another arrival order: the memory the guests need at once, and
-        # when their phases fall, change with it.
-        scenario = scenarios.check(
-            dataclasses.replace(scenario, seed=args.seed),
+        # Another arrival order: the memory the guests need at once
+        # changes with it.
+        scenario = dataclasses.replace(scenario, seed=args.seed).validate(
             args.scenario_file or '')
     return scenario
 
