@@ -187,7 +187,10 @@ def plan_moves(guests, overhead, free_mb, threshold: int, budget_mb: int,
                     continue
                 room = free[local] - reserve_mb
                 take = int(min(mb, room, budget_mb))
-                chunks = guest.fifo.pop(src, take) if take > 0 else []
+                # No crumbs into a node's last MiB: room for a chunk, or
+                # for all it has left there.
+                chunks = guest.fifo.pop(src, take) \
+                    if take > 0 and room >= min(mb, CHUNK_MB) else []
                 amount = sum(c.mb for c in chunks)
                 if amount:
                     moves.append(Move(guest.name, src, local, amount,

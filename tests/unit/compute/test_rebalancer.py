@@ -112,18 +112,23 @@ class TestTriggerRule(testtools.TestCase):
                          [(m.guest, m.src, m.dst, m.mb) for m in moves])
 
     def test_gather_stays_within_room_and_budget(self):
-        g = guest('g', {0: 1024, 1: 1024}, action=classifier.GATHER, local=0)
-        moves = rebalancer.plan_moves(
-            [g], [[0, 0], [0, 0]], [512 + 10, 4096], threshold=0,
-            budget_mb=5, reserve_mb=512)
-        self.assertEqual([('g', 1, 0, 5)],
-                         [(m.guest, m.src, m.dst, m.mb) for m in moves])
-        g = guest('g', {0: 1024, 1: 1024}, action=classifier.GATHER, local=0)
-        moves = rebalancer.plan_moves(
-            [g], [[0, 0], [0, 0]], [512 + 10, 4096], threshold=0,
-            budget_mb=1000, reserve_mb=512)
-        self.assertEqual([('g', 1, 0, 10)],
-                         [(m.guest, m.src, m.dst, m.mb) for m in moves])
+        def gather(memory, room, budget_mb):
+            g = guest('g', memory, action=classifier.GATHER, local=0)
+            moves = rebalancer.plan_moves(
+                [g], [[0, 0], [0, 0]], [512 + room, 4096], threshold=0,
+                budget_mb=budget_mb, reserve_mb=512)
+            return [(m.guest, m.src, m.dst, m.mb) for m in moves]
+
+        self.assertEqual([('g', 1, 0, 5)], gather({0: 1024, 1: 1024},
+                                                  room=100, budget_mb=5))
+        self.assertEqual([('g', 1, 0, 100)], gather({0: 1024, 1: 1024},
+                                                    room=100, budget_mb=1000))
+        # No crumbs into the last 10 MiB of room, unless that is all the
+        # guest has left away from its vCPUs.
+        self.assertEqual([], gather({0: 1024, 1: 1024}, room=10,
+                                    budget_mb=1000))
+        self.assertEqual([('g', 1, 0, 8)], gather({0: 1024, 1: 8}, room=10,
+                                                  budget_mb=1000))
 
     def test_spread_stays_within_the_budget(self):
         moves = rebalancer.plan_moves(

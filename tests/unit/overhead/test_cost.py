@@ -403,6 +403,21 @@ class TestHitRate(testtools.TestCase):
         self.assertGreater(ratio, bound)
         self.assertLess(ratio, 1.0)
 
+    def test_nothing_moved_nothing_predicted_with_a_crowded_llc(self):
+        # Memory-intensive guests the kernel would spread (settled is not
+        # now): the misses are compared with the settled ones, so a change
+        # to where a guest is settled predicts no change.
+        guests = [dataclasses.replace(guest(name, {0: 1.0}, {0: 1.0},
+                                            vcpus=6, stall=0.5, ips=3e9),
+                                      reach=(0, 1)) for name in 'ab']
+        guests.append(guest('c', {1: 1.0}, {1: 1.0}, vcpus=1, stall=0.5,
+                            ips=3e9))
+        model = cost.Model(host(bandwidth_mbps=8000.0), guests)
+        self.assertNotEqual(model.now, model.settled)
+        for name in 'abc':
+            for ratio in model.predict({name: model.settled[name]}).values():
+                self.assertAlmostEqual(1.0, ratio, places=6)
+
 
 class TestLatencyMatrix(testtools.TestCase):
 
