@@ -503,6 +503,9 @@ class Agent:
             LOG.info('%s', state.text())
         self.kernel = state
         numad = state.numad if state is not None else ()
+        if numad is None:
+            # Whether numad runs is unknown: as it was until a read tells.
+            return
         if numad and self.enforcing and self.stepped_back is None:
             self.stepped_back = (
                 'numad (pid %s) runs on this host and binds guests itself'

@@ -22,6 +22,7 @@ whose real uid is root. Unprivileged reads: every process's ``comm`` and
 """
 
 import dataclasses
+import errno
 import os
 
 NUMAD = 'numad'
@@ -37,12 +38,13 @@ class KernelState:
 
     # /proc/sys/kernel/numa_balancing (None: unknown, unreadable).
     numa_balancing: int | None = None
-    # Pids of the numad processes running (() : none).
-    numad: tuple = ()
+    # Pids of the numad processes running (() : none; None: unknown,
+    # /proc unreadable or hiding other users' processes).
+    numad: tuple | None = ()
 
     def to_dict(self) -> dict:
         return {'numa_balancing': self.numa_balancing,
-                'numad': list(self.numad)}
+                'numad': None if self.numad is None else list(self.numad)}
 
     def text(self) -> str:
         """One sentence for logs and ``status``."""
@@ -53,7 +55,10 @@ class KernelState:
                 '(kernel.numa_balancing = %d)' % (
                     BALANCING.get(self.numa_balancing, 'on'),
                     self.numa_balancing)
-        if self.numad:
+        if self.numad is None:
+            numad = 'whether numad runs unknown (/proc unreadable, or it ' \
+                'hides other users\' processes)'
+        elif self.numad:
             numad = 'numad runs (pid %s)' % ', '.join(
                 str(p) for p in self.numad)
         else:
@@ -63,10 +68,11 @@ class KernelState:
 
 def read(proc: str = '/proc') -> KernelState:
     """The kernel's state under ``proc``: what cannot be read is unknown
-    (the sysctl) or not found (numad), never an error.
+    (None), never an error.
     """
+    pids = numad_pids(proc)
     return KernelState(numa_balancing=_balancing(proc),
-                       numad=tuple(numad_pids(proc)))
+                       numad=None if pids is None else tuple(pids))
 
 
 def _balancing(proc: str) -> int | None:
@@ -79,16 +85,21 @@ def _balancing(proc: str) -> int | None:
     return value if value >= 0 else None
 
 
-def numad_pids(proc: str = '/proc') -> list:
+def numad_pids(proc: str = '/proc') -> list | None:
     """Pids of the processes named numad running as root, sorted (numad
     needs root to bind other processes; a user's process that calls
-    itself numad does not step the agent back).
+    itself numad does not step the agent back; an exited one not yet
+    reaped is not running). None when it cannot be told: ``proc`` cannot
+    be listed, hides other users' processes (``hidepid``: no pid 1) or a
+    process's files cannot be read for another reason than its exit.
     """
     pids = []
     try:
         entries = os.listdir(proc)
     except OSError:
-        return pids
+        return None
+    if '1' not in entries:
+        return None
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -97,19 +108,27 @@ def numad_pids(proc: str = '/proc') -> list:
             with open(os.path.join(proc, entry, 'comm'), 'rb') as f:
                 if f.read().strip() != NUMAD.encode():
                     continue
-            if _real_uid(os.path.join(proc, entry, 'status')) != 0:
-                continue
-        except (OSError, ValueError):
-            # Gone since the listing, or hidden (hidepid): not counted.
+            uid, state = _status(os.path.join(proc, entry, 'status'))
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ESRCH):
+                continue        # gone since the listing
+            return None
+        except ValueError:
             continue
-        pids.append(int(entry))
+        if uid == 0 and state not in (b'Z', b'X'):
+            pids.append(int(entry))
     return sorted(pids)
 
 
-def _real_uid(path: str) -> int | None:
-    """The real uid in a ``/proc/<pid>/status`` file (None: not found)."""
+def _status(path: str) -> tuple:
+    """(real uid, state letter) in a ``/proc/<pid>/status`` file (None
+    where not found).
+    """
+    uid = state = None
     with open(path, 'rb') as f:
         for line in f:
             if line.startswith(b'Uid:'):
-                return int(line.split()[1])
-    return None
+                uid = int(line.split()[1])
+            elif line.startswith(b'State:'):
+                state = line.split()[1][:1]
+    return uid, state

@@ -705,8 +705,16 @@ class TestPlacement(AgentTestCase):
         agent.cycle()
         self.assertEqual(reads, self.hv.kernel_reads)
         self.assertIsNotNone(agent.stepped_back)
-        # numad stopped: the agent acts again, on the next guest.
+        # Whether numad runs unknown (/proc unreadable): as it was.
+        self.hv.kernel = kernel_mod.KernelState(numa_balancing=1,
+                                                numad=None)
         self.clock.now += 2
+        agent.cycle()
+        self.assertIsNotNone(agent.stepped_back)
+        self.assertNotIn('numad no longer runs', logs.output)
+        # numad stopped: the agent acts again, on the next guest.
+        self.hv.kernel = kernel_mod.KernelState(numa_balancing=1)
+        self.clock.now += agent_mod.KERNEL_CHECK
         agent.cycle()
         self.assertIsNone(agent.stepped_back)
         self.assertIn('numad no longer runs', logs.output)

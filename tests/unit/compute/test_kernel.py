@@ -10,6 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import errno
 import os
 
 import fixtures
@@ -23,6 +24,7 @@ class TestKernelState(base.TestCase):
     def setUp(self):
         super().setUp()
         self.proc = self.useFixture(fixtures.TempDir()).path
+        self.process(1, 'systemd\n')
 
     def write(self, path, text):
         path = os.path.join(self.proc, path)
@@ -30,11 +32,11 @@ class TestKernelState(base.TestCase):
         with open(path, 'w') as f:
             f.write(text)
 
-    def process(self, pid, comm, uid=0):
+    def process(self, pid, comm, uid=0, state='S (sleeping)'):
         self.write('%s/comm' % pid, comm)
         self.write('%s/status' % pid, 'Name:\t%s\nUmask:\t0022\n'
-                   'State:\tS (sleeping)\nUid:\t%d\t%d\t%d\t%d\n' % (
-                       comm.strip(), uid, uid, uid, uid))
+                   'State:\t%s\nUid:\t%d\t%d\t%d\t%d\n' % (
+                       comm.strip(), state, uid, uid, uid, uid))
 
     def test_balancing_and_numad(self):
         self.write('sys/kernel/numa_balancing', '1\n')
@@ -60,12 +62,39 @@ class TestKernelState(base.TestCase):
         self.assertEqual({'numa_balancing': 1, 'numad': [812]},
                          state.to_dict())
 
-    def test_nothing_readable_is_unknown_and_no_numad(self):
+    def test_nothing_readable_is_unknown(self):
         state = kernel.read(os.path.join(self.proc, 'missing'))
         self.assertIsNone(state.numa_balancing)
-        self.assertEqual((), state.numad)
-        self.assertEqual('Kernel: automatic NUMA balancing unknown; numad '
-                         'not running.', state.text())
+        self.assertIsNone(state.numad)
+        self.assertEqual('Kernel: automatic NUMA balancing unknown; whether '
+                         'numad runs unknown (/proc unreadable, or it hides '
+                         'other users\' processes).', state.text())
+        self.assertEqual({'numa_balancing': None, 'numad': None},
+                         state.to_dict())
+
+    def test_an_exited_numad_not_yet_reaped_is_not_running(self):
+        self.process(812, 'numad\n', state='Z (zombie)')
+        self.process(813, 'numad\n', state='X (dead)')
+        self.assertEqual((), kernel.read(self.proc).numad)
+
+    def test_hidden_or_unreadable_processes_make_numad_unknown(self):
+        self.process(812, 'numad\n')
+        # hidepid=2: other users' processes, pid 1 among them, not listed.
+        os.rename(os.path.join(self.proc, '1'),
+                  os.path.join(self.proc, 'x1'))
+        self.assertIsNone(kernel.read(self.proc).numad)
+        os.rename(os.path.join(self.proc, 'x1'),
+                  os.path.join(self.proc, '1'))
+        self.assertEqual((812,), kernel.read(self.proc).numad)
+        # Out of file descriptors, or hidepid=1: not "numad stopped".
+        real = open
+
+        def failing(path, *args, **kwargs):
+            if path.endswith('812/status'):
+                raise OSError(errno.EMFILE, 'Too many open files')
+            return real(path, *args, **kwargs)
+        self.useFixture(fixtures.MonkeyPatch('builtins.open', failing))
+        self.assertIsNone(kernel.read(self.proc).numad)
 
     def test_odd_sysctl_values(self):
         for text, value in (('0', 0), ('2', 2), ('3', 3), ('on', None),
