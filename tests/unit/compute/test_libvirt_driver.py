@@ -383,6 +383,7 @@ class TestParsing(base.TestCase):
         with open(os.path.join(proc, 'sys', 'kernel', 'numa_balancing'),
                   'w') as f:
             f.write('1\n')
+        os.makedirs(os.path.join(proc, '1'))
         os.makedirs(os.path.join(proc, '812'))
         with open(os.path.join(proc, '812', 'comm'), 'w') as f:
             f.write('numad\n')

@@ -78,16 +78,22 @@ class TestFromSpec(fakes.NovaTestCase):
         req = request.from_spec(fakes.spec(), self.conf)
         self.assertEqual(('local', 2), (req.policy, req.max_nodes))
 
-    def test_bad_hints(self):
+    def test_bad_hints_are_logged_and_ignored(self):
+        # nova-api checks no hint, and the request spec keeps it for
+        # every later move: never a reason to refuse the request.
+        test_filters.fresh_flavor_throttle(self)
+        errors = self.useFixture(fixtures.FakeLogger(name=request.__name__,
+                                                     level='ERROR'))
         for value, fragment in ((['x'], "'x' is not an integer"),
                                 (['-2'], '-2 is less than 0'),
                                 (['1', '2'], 'give exactly one value')):
-            exc = self.assertRaises(
-                request.InvalidRequest, request.from_spec,
-                fakes.spec(hints={'numa_overhead_max_level': value}),
+            req = request.from_spec(
+                fakes.spec(extra_specs={'numa_overhead:max_level': '5'},
+                           hints={'numa_overhead_max_level': value}),
                 self.conf)
-            self.assertIn('hint numa_overhead_max_level', str(exc))
-            self.assertIn(fragment, str(exc))
+            self.assertEqual(5, req.max_level)
+            self.assertIn('hint numa_overhead_max_level', errors.output)
+            self.assertIn(fragment, errors.output)
 
     def test_bad_flavor_spec_means_the_defaults(self):
         test_filters.fresh_flavor_throttle(self)
@@ -111,10 +117,11 @@ class TestFromSpec(fakes.NovaTestCase):
         # Throttled: every boot of the flavor would log it.
         self.assertEqual(store.LOG_BURST, errors.output.count(line))
 
-    def test_bad_hint_fails_even_with_a_bad_flavor_spec(self):
+    def test_bad_hint_and_bad_flavor_spec_both_ignored(self):
         test_filters.fresh_flavor_throttle(self)
-        exc = self.assertRaises(
-            request.InvalidRequest, request.from_spec,
+        req = request.from_spec(
             fakes.spec(extra_specs={'numa_overhead:max_nodes': '0'},
                        hints={'numa_overhead_max_level': 'x'}), self.conf)
-        self.assertIn('hint numa_overhead_max_level', str(exc))
+        self.assertIsNone(req.max_level)
+        self.assertEqual(self.conf.numa_overhead.default_max_nodes,
+                         req.max_nodes)
