@@ -58,7 +58,7 @@ class NUMAOverheadWeigher(weights.BaseHostWeigher):
         super().__init__()
         plugin_conf.register_opts(CONF)
         self._multiplier = None
-        # Both repeat at every request: throttled.
+        # Repeats at every request: throttled.
         self._failures = store._Throttle(
             '%(count)d more requests NUMAOverheadWeigher could not weigh in '
             'the last %(interval)d s', burst=1, logger=LOG)
