@@ -272,18 +272,18 @@ class AgentService(service_base.ServiceBase):
     def _listen(self, start) -> None:
         delay, failures = 1.0, 0
         while not self._stopping.is_set():
-            error = None
+            error = server = None
             try:
-                start(self.conf, self.agent.sync)
+                server = start(self.conf, self.agent.sync)
             except Exception as exc:
                 error = exc
             if error is None:
                 self._listening.set()
                 if self._stopping.is_set():
                     # stop() ran while it waited for the broker, maybe
-                    # before its server was known.
+                    # before its server was known: this one only.
                     from nova_numa_overhead import rpc
-                    rpc.stop_listeners()
+                    rpc.stop_listener(server)
                 return
             failures += 1
             LOG.log(std_logging.WARNING if failures == 1 else

@@ -235,13 +235,19 @@ class TestAgentService(base.TestCase):
         svc = agent_cmd.AgentService(conf_with(''))
         svc.agent = mock.Mock()
         stop = self.useFixture(fixtures.MockPatchObject(
+            rpc, 'stop_listener')).mock
+        stop_all = self.useFixture(fixtures.MockPatchObject(
             rpc, 'stop_listeners')).mock
+        server = mock.Mock()
 
         def start(conf, on_sync):
             # The broker answered once the service was stopping.
             svc._stopping.set()
+            return server
         svc._listen(start)
-        stop.assert_called_once_with()
+        # Its own server only: others of the process keep on.
+        stop.assert_called_once_with(server)
+        stop_all.assert_not_called()
 
     def test_the_listener_is_started_again_until_it_listens(self):
         svc = agent_cmd.AgentService(conf_with(''))
