@@ -50,6 +50,7 @@ try:
 except ImportError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
+from nova_numa_overhead import report
 from nova_numa_overhead.sim import backend
 from nova_numa_overhead.sim import model
 from nova_numa_overhead.sim import presets
@@ -523,8 +524,8 @@ def _kind(value) -> str:
 
 
 # What a file may ask for: beyond these a run would not end in reasonable
-# time, or a report could not describe the host.
-MAX_NODES = 64
+# time, or a report could not describe the host (its node limit).
+MAX_NODES = report.MAX_NODES
 MAX_HOSTS = 64
 MAX_GUESTS = 1000
 MAX_VCPUS = 1024
