@@ -361,6 +361,11 @@ class Agent:
         ended = self._migrations_ended(current)
         pending, fresh = self._take_pending()
         pending |= ended
+        # A new QEMU whose 'started' event was lost (libvirt restarted
+        # or unreachable while Nova rebooted the guest): its run changed.
+        respawned = self._respawned(current)
+        pending |= respawned
+        fresh |= respawned
         started = [d for name, d in current.items()
                    if name not in self.domains or name in pending]
         # A new QEMU: a 'started' event, or a guest that appeared since
@@ -382,6 +387,21 @@ class Agent:
                 self.pending |= left
                 self.fresh |= (fresh & left) - learned
             raise
+
+    def _respawned(self, current) -> set:
+        """The guests listed again under another run (libvirt's domain
+        id) than the one known, where both are known.
+        """
+        out = set()
+        for name, domain in current.items():
+            known = self.domains.get(name)
+            if known is not None and known.run and domain.run and \
+                    known.run != domain.run:
+                out.add(name)
+        for name in sorted(out):
+            LOG.info('%s runs in a new QEMU (its start was not seen): '
+                     'learned and placed again', name)
+        return out
 
     def _migrations_ended(self, current) -> set:
         """The guests seen leaving by live migration that still run here

@@ -161,6 +161,9 @@ class DomainInfo:
     recorded: Recorded | None = None   # the agent's metadata, if any
     # ((node, MiB), ...) of a hugepage-backed guest, from its XML.
     hugepage_mb: tuple = ()
+    # This run of the guest (libvirt's domain id, new at every start);
+    # '' = unknown.
+    run: str = ''
 
 
 #: The perf events the agent reads (libvirt's names, those of nova.conf's

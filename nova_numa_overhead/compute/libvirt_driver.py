@@ -538,7 +538,8 @@ def parse_domain(xml: str, name: str = '', uuid: str = '',
         extra_specs=extra_specs, pinned=bool(reason), pinned_reason=reason,
         nova=instance is not None, metadata_error='; '.join(errors),
         pid=pid, allowed_nodes=allowed, nova_nodes=allowed,
-        nova_cpus=cpuset, recorded=recorded, hugepage_mb=hugepages)
+        nova_cpus=cpuset, recorded=recorded, hugepage_mb=hugepages,
+        run=root.get('id', '') if root.get('id', '') != '-1' else '')
 
 
 def live_numatune_mode(xml: str) -> str | None:

@@ -68,14 +68,15 @@ class FakeHypervisor(hv_mod.Hypervisor):
 
     def add(self, name, memory, vcpu_node=0, memory_mb=None, pinned=False,
             extra_specs=None, nova=True, metadata_error='', vcpus=2,
-            recorded=None):
+            recorded=None, run=''):
         memory = dict(memory)
         self.guests[name] = hv_mod.DomainInfo(
             name=name, uuid='uuid-' + name,
             memory_mb=memory_mb or int(sum(memory.values())), vcpus=vcpus,
             extra_specs=dict(extra_specs or {}), pinned=pinned,
             pinned_reason='test' if pinned else '', nova=nova,
-            metadata_error=metadata_error, pid=1000 + len(self.guests))
+            metadata_error=metadata_error, pid=1000 + len(self.guests),
+            run=run)
         if recorded is not None:
             self.recorded[name] = recorded
         self.memory[name] = memory

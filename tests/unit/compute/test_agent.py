@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import threading
+from unittest import mock
 
 import fixtures
 
@@ -1091,6 +1092,34 @@ class TestLocalPlacement(AgentTestCase):
         self.assertNotIn('new', self.hv.nodesets)
         # Its record is the new run's: Nova's placement, no restriction.
         self.assertEqual((), self.hv.recorded['new'].nodes)
+
+    def test_a_new_qemu_without_its_started_event_is_a_new_run(self):
+        # Libvirt was unreachable while Nova hard-rebooted the guest: no
+        # 'started' event, but its domain id changed. The agent forgets
+        # what it did to the old QEMU and places the new one afresh.
+        agent = self.two_nodes()
+        self.start(agent, run='5')
+        self.assertEqual(((1,), ()), agent.restrictions['new'])
+        self.hv.nodesets.pop('new')
+        self.hv.recorded.pop('new')
+        self.hv.guests['new'] = dataclasses.replace(
+            self.hv.guests['new'], run='6')
+        self.hv.affinity['new'] = self.every_cpu()
+        self.clock.now += 1
+        with mock.patch.object(agent.optimizer, 'restarted',
+                               autospec=True) as restarted, \
+                mock.patch.object(agent.collector, 'restarted',
+                                  autospec=True) as counters:
+            agent.cycle()
+        restarted.assert_called_once_with('new', mock.ANY)
+        counters.assert_called_once_with('new')
+        self.assertEqual(((), ()), agent.restrictions['new'])
+        # The same run listed again: nothing new.
+        self.clock.now += 1
+        with mock.patch.object(agent.optimizer, 'restarted',
+                               autospec=True) as restarted:
+            agent.cycle()
+        restarted.assert_not_called()
 
     def test_the_rule_is_the_local_first_placements_only(self):
         # The paper's placement (remote_placement), and the flavor's own

@@ -257,6 +257,16 @@ class TestParsing(base.TestCase):
             '<os>')
         self.assertFalse(libvirt_driver.parse_domain(memfd).pinned)
 
+    def test_the_run_is_the_domain_id(self):
+        # A running domain's XML carries its id, new at every start: how
+        # the agent tells a new QEMU whose start it did not see.
+        running = self._xml().replace("<domain type='test'>",
+                                      "<domain type='test' id='7'>")
+        self.assertEqual('7', libvirt_driver.parse_domain(running).run)
+        for xml in (self._xml(), self._xml().replace(
+                "<domain type='test'>", "<domain type='test' id='-1'>")):
+            self.assertEqual('', libvirt_driver.parse_domain(xml).run)
+
     def test_unparseable_xml(self):
         info = libvirt_driver.parse_domain('<domain><name>x</nam',
                                            name='x', uuid='u')
