@@ -372,6 +372,7 @@ class Optimizer:
         # budget; its verdict waits for them.
         self.landing: dict = {}
         self.held: dict = {}          # name -> not before
+        self.failures: dict = {}      # name -> moves failed in a row
         self.advised: dict = {}       # name -> the advice last logged
         # name -> when it was first listed (or started again, resumed).
         self.seen: dict = {}
@@ -439,7 +440,7 @@ class Optimizer:
         guests = self.agent.collector.guests
         for name in [n for n in self.history if n not in guests]:
             del self.history[name]
-        for table in (self.checks, self.held, self.advised,
+        for table in (self.checks, self.held, self.failures, self.advised,
                       self.seen, self.points, self.per_miss,
                       self.unjudged_run, self.shift_since):
             for name in [n for n in table if n not in guests]:
@@ -1105,8 +1106,10 @@ class Optimizer:
                     d * NEIGHBOUR_GAIN if g != name and d > 0 else d
                     for g, d in deltas)
                 price = moved * MOVE_COST
-                if gain <= 0 or gain < self.opts.min_gain or \
-                        gain * horizon < self.opts.gain_margin * price:
+                # Written as what passes: a NaN (from a counter gone
+                # wrong) fails it rather than slipping past each refusal.
+                if not (gain > 0 and gain >= self.opts.min_gain and
+                        gain * horizon >= self.opts.gain_margin * price):
                     continue
                 score = gain - price / horizon
                 if len(nodes) > 1:
@@ -1260,9 +1263,16 @@ class Optimizer:
         if not done:
             if action.guest in agent.domains:
                 self.counts['failed'] += 1
-            # Not tried again at every pass.
-            self.held[action.guest] = now + BACKOFF_BASE
+            # Not tried again at every pass: BACKOFF_BASE, doubled for
+            # each failure in a row (a guest whose numatune libvirt will
+            # not change live fails every time).
+            failures = self.failures.get(action.guest, 0)
+            self.failures[action.guest] = min(failures + 1,
+                                              BACKOFF_UNDOS_MAX)
+            self.held[action.guest] = now + min(
+                BACKOFF_BASE * 2 ** failures, BACKOFF_MAX)
             return False
+        self.failures.pop(action.guest, None)
         if seen is not None:
             seen()
         agent.restrictions[action.guest] = (
@@ -1335,7 +1345,19 @@ class Optimizer:
         restrictions[domain.name] = (tuple(previous[0]), tuple(cpus))
         if not nodes:
             return True
-        hv.set_nodeset(domain, nodes)
+        error = None
+        try:
+            hv.set_nodeset(domain, nodes)
+        except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
+            raise
+        except Exception as exc:
+            error = exc
+        if error is not None:
+            # Its vCPUs on the new nodes, its memory on the old ones: not
+            # the move chosen, and no verdict would come. The vCPUs go
+            # back where they were.
+            self._vcpus_back(domain, previous)
+            raise error
         if self.agent.opts.enforcement == placer_mod.PAGES:
             agent = self.agent
             state = agent.collector.guests.get(domain.name)
@@ -1350,6 +1372,31 @@ class Optimizer:
             if self._landing_step(domain, land) == '':
                 self.landing[domain.name] = land
         return True
+
+    def _vcpus_back(self, domain, previous) -> None:
+        """The vCPUs of a move whose memory step failed back to
+        ``previous[1]`` (() = Nova's CPUs); on a failure here too, the
+        pins stay and say so in ``restrictions``.
+        """
+        agent = self.agent
+        try:
+            if previous[1]:
+                agent.hv.pin_vcpus(domain, previous[1])
+            else:
+                agent.hv.restore(domain, None,
+                                 agent.nova_cpus.get(domain.name, ()))
+        except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
+            raise
+        except Exception as exc:
+            LOG.warning('Putting the vCPUs of %(guest)s back after a '
+                        'failed move failed too (%(exc)s): they stay on '
+                        'CPUs %(cpus)s', {
+                            'guest': domain.name, 'exc': exc,
+                            'cpus': _text(agent.restrictions.get(
+                                domain.name, ((), ()))[1])})
+            return
+        agent.restrictions[domain.name] = (tuple(previous[0]),
+                                           tuple(previous[1]))
 
     def _landing_step(self, domain, land) -> str:
         """One step of a move's pages landing (:meth:`_step_back`): ''

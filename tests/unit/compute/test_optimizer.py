@@ -2123,20 +2123,53 @@ class TestContained(OptimizerTestCase):
         self.assertEqual([('a', 'undone')], out)
         self.assertEqual(0, opt.counts['expired'])
 
-    def test_a_move_failing_halfway_leaves_its_pins_on_record(self):
+    def test_a_move_failing_halfway_puts_its_vcpus_back(self):
         self.remote('a')
         agent = self.start()
         opt = agent.optimizer
+        before = agent.restrictions['a']
+        self.assertEqual((), before[1])
         self.hv.raise_on[('set_nodeset', 'a')] = hv_mod.HypervisorError('no')
         self.assertFalse(opt.apply(self.to_node1(), self.clock.now))
         del self.hv.raise_on[('set_nodeset', 'a')]
         self.assertEqual(1, opt.counts['failed'])
-        # The vCPUs were pinned before the nodeset failed: the agent
-        # knows, and gives Nova's CPUs back before a migration.
+        # The vCPUs were pinned before the nodeset failed: not the move
+        # chosen (its memory stays), so they float over Nova's CPUs again.
+        self.assertNotEqual(NODE1_CPUS, self.hv.pins.get('a'))
+        self.assertEqual(before, agent.restrictions['a'])
+
+    def test_a_move_failing_halfway_twice_leaves_its_pins_on_record(self):
+        self.remote('a')
+        agent = self.start()
+        opt = agent.optimizer
+        self.hv.raise_on[('set_nodeset', 'a')] = hv_mod.HypervisorError('no')
+        self.hv.raise_on[('restore', 'a')] = hv_mod.HypervisorError('no')
+        self.assertFalse(opt.apply(self.to_node1(), self.clock.now))
+        self.hv.raise_on.clear()
+        # Putting them back failed too: the agent knows where they are,
+        # and gives Nova's CPUs back before a migration.
         self.assertEqual(NODE1_CPUS, self.hv.pins['a'])
         self.assertEqual(tuple(NODE1_CPUS), agent.restrictions['a'][1])
         agent.leave_for_migration('a')
         self.assertNotEqual(NODE1_CPUS, self.hv.pins.get('a'))
+
+    def test_failed_moves_in_a_row_wait_longer_each(self):
+        self.remote('a')
+        agent = self.start()
+        opt = agent.optimizer
+        self.hv.raise_on[('set_nodeset', 'a')] = hv_mod.HypervisorError('no')
+        waits = []
+        now = self.clock.now
+        for _ in range(3):
+            self.assertFalse(opt.apply(self.to_node1(), now))
+            waits.append(opt.held['a'] - now)
+            now = opt.held['a']
+        self.assertEqual([optimizer.BACKOFF_BASE, 2 * optimizer.BACKOFF_BASE,
+                          4 * optimizer.BACKOFF_BASE], waits)
+        # A move made clears the count.
+        del self.hv.raise_on[('set_nodeset', 'a')]
+        self.assertTrue(opt.apply(self.to_node1(), now))
+        self.assertNotIn('a', opt.failures)
 
     def moved(self):
         self.remote('a')
