@@ -172,6 +172,10 @@ def run_sweep(args, out) -> int:
         policies = policy_names(args.policies)
         if policies:
             runner.check_policies(policies)
+            if not {'nova-default', 'overhead-aware'} <= set(policies):
+                # Its table and bar are ours against Nova's default.
+                raise ValueError('a sweep compares overhead-aware with '
+                                 'nova-default: --policies must name both')
         settings = options(getattr(args, 'options', None))
         _warn_unread(settings, policies)
         if args.sweep is None:

@@ -18,11 +18,13 @@ manual says, at its own period, from the counters a host gives (with
 noise), and moves pages and vCPUs through the same physics as ours:
 
 * ``nova-default``: nothing more (first touch and NUMA balancing).
-* ``numad``: every 5-15 s, for every guest over 300 MB, the smallest node
-  set that fits its memory and vCPUs at 85% use, scored by free CPU x
-  free memory (and distance between the nodes); a guest not on its best
-  set is bound to it (cpuset: vCPUs and memory; the kernel migrates its
-  pages), at most once a minute per guest.
+* ``numad``: numad.c's daemon (:class:`Numad`): every 5-15 s, the
+  guests over half a CPU and 300 MB, largest first; the first whose best
+  nodes (the fewest that hold it at 85% use, chosen by distance and by
+  free CPU and free memory) differ from where it runs is bound to them
+  (its threads' CPU affinity, then ``migrate_pages``; its memory is not
+  confined) and the pass ends; a guest bound is looked at again after
+  five minutes, or sooner on the busiest node.
 * ``interleave``: the guest's memory policy interleaves its pages over
   every node from its start (NUMA balancing leaves such pages alone).
 * ``vtrms``: every second, guests with more than 10,000 LLC misses per
@@ -135,91 +137,273 @@ class Interleave(Policy):
 
 
 class Numad(Policy):
+    """numad's daemon as numad.c runs it (``manage_loads``,
+    ``pick_numa_nodes``, ``bind_process_and_migrate_memory``), with its
+    default options (``-i 5:15 -u 85 -m 90 -t 20``).
+
+    Each pass measures the guests' CPU use since the last one (from their
+    cycle counters) and their memory (resident, per node); the guests
+    over half a CPU and 300 MB are candidates: those never bound first,
+    largest (CPU x memory) first, then the bound ones, smallest first,
+    the least recently bound first among those within 20% of each other.
+    A guest bound less than five minutes ago is skipped unless it is on
+    the node with the fewest free CPUs or free memory and moving it would
+    even the nodes out. For the first candidate whose best nodes differ
+    from where it is (or hold less than 90% of its memory), numad binds
+    it and ends the pass: every thread's CPU affinity to those nodes'
+    CPUs, then ``migrate_pages`` from its largest node outside them to
+    the node inside with the least of its memory, one source node at a
+    time. Nothing confines its memory: new pages go where its vCPUs run,
+    to other nodes when those are full. The next pass comes after 5 s
+    when it bound one, 15 s otherwise.
+    """
+
     name = 'numad'
     min_interval = 5.0
     max_interval = 15.0
-    target = 0.85
-    min_mb = 300.0
-    hold = 60.0
+    utilization = 85           # -u, percent
+    memlocality = 90           # -m, percent
+    htt_percent = 20           # -t: a second hardware thread's worth
+    cpu_threshold = 50         # CPU_THRESHOLD, hundredths of a CPU
+    mb_threshold = 300         # MEMORY_THRESHOLD, MB
+    reevaluation = 300.0       # MIN_DELAY_FOR_REEVALUATION, s
+    mbs_margin = 100           # MBS_MARGIN, MB
 
     def attach(self, hv, scenario=None):
         super().attach(hv, scenario)
-        self.interval = self.min_interval
         self.next_scan = self.min_interval
-        self.moved_at = {}
+        self.bound = {}        # name -> its nodes, once bound
+        self.bind_time = {}    # name -> when (re)bound or confirmed
 
     def step(self, now):
         if now < self.next_scan:
             return
-        changed = self._scan(now)
-        self.interval = self.min_interval if changed else min(
-            self.interval * 2, self.max_interval)
-        self.next_scan = now + self.interval
+        self._clock = now
+        self.next_scan = now + self._manage(now)
 
-    def _needed(self, guest) -> int:
-        node_mb = min(n.memory_mb for n in self.spec.nodes) * self.target
-        node_cpus = min(n.cpus for n in self.spec.nodes) * self.target
-        return max(1, math.ceil(guest.memory_mb / node_mb),
-                   math.ceil(guest.vcpus / node_cpus))
+    # -- the nodes, as numad reads them (update_nodes) ----------------------
 
-    def _best_set(self, guest, k):
+    def _cpus_total(self, n) -> float:
+        node = self.spec.nodes[n]
+        return 100.0 * node.cores * (
+            1.0 + (node.threads - 1) * self.htt_percent / 100.0)
+
+    def _free(self, used: dict) -> tuple:
+        """Free CPUs (hundredths) and free MB per node. The memory is net
+        of the page migrations still queued: numad's migrate_pages
+        returns once they are done.
+        """
+        size = self.spec.size
+        busy = [0.0] * size
+        for g in self.host.guests.values():
+            for n, f in g.cpu.items():
+                busy[n] += used.get(g.name, 0.0) * f
+        cpus = [max(self._cpus_total(n) - busy[n], 0.0)
+                for n in range(size)]
+        mbs = [float(mb) for mb in self.host.free_mb()]
+        for guest, src, dst, mb, _kind in self.host.queue:
+            mbs[dst] -= mb
+            mbs[src] += mb
+        return cpus, [max(mb, 0.0) for mb in mbs]
+
+    # -- one pass (manage_loads) --------------------------------------------
+
+    def _manage(self, now) -> float:
+        hz = self.spec.ghz * 1e9
+        used, mbs_used = {}, {}
+        for name, (_i, cycles, _r, _m, seconds) in self.deltas().items():
+            guest = self.host.guests.get(name)
+            if guest is None or guest.pinned or guest.oom:
+                continue
+            used[name] = 100.0 * cycles / seconds / hz
+            mbs_used[name] = guest.allocated_mb
+        if not used:
+            # Nothing measured yet: back soon.
+            return self.min_interval
+        candidates = [self.host.guests[n] for n in sorted(used)
+                      if used[n] > self.cpu_threshold and
+                      mbs_used[n] > self.mb_threshold]
+        magnitude = {g.name: used[g.name] * mbs_used[g.name]
+                     for g in candidates}
+        unbound = sorted((g for g in candidates if g.name not in
+                          self.bind_time),
+                         key=lambda g: -magnitude[g.name])
+        # Bound ones: increasing magnitude in bins of 20%, the least
+        # recently bound first within a bin.
+        bound = sorted((g for g in candidates if g.name in self.bind_time),
+                       key=lambda g: (
+                           math.floor(math.log(max(magnitude[g.name], 1.0),
+                                               1.25)),
+                           self.bind_time[g.name]))
+        cpus_free, mbs_free = self._free(used)
+        size = self.spec.size
+        node0_cpus = self._cpus_total(0)
+        node0_mbs = float(self.spec.nodes[0].memory_mb)
+        sum_used = sum(used[g.name] for g in candidates)
+        enough = sum_used <= sum(self._cpus_total(n) for n in range(size))
+        for guest in unbound + bound:
+            name = guest.name
+            util = min(self.utilization, 100)
+            if guest.memory_mb > node0_mbs and \
+                    mbs_used[name] * 5 / 4 > node0_mbs:
+                mb_request = guest.memory_mb * 100.0 / util
+            else:
+                mb_request = mbs_used[name] * 100.0 / util
+            cpu_request = min(used[name] * 100.0 / self.utilization,
+                              guest.vcpus * 100.0)
+            if now - self.bind_time.get(name, -1e18) < self.reevaluation \
+                    and not self._bypass(name, used[name], mbs_used[name],
+                                         cpu_request, mb_request,
+                                         cpus_free, mbs_free, node0_cpus,
+                                         node0_mbs):
+                continue
+            nodes = self._pick(guest, used[name], mbs_used[name],
+                               cpu_request, mb_request, enough, cpus_free,
+                               mbs_free, now)
+            if nodes is not None:
+                self._bind(guest, nodes, now)
+                return self.min_interval
+        return self.max_interval
+
+    def _bypass(self, name, cpu_used, mb_used, cpu_request, mb_request,
+                cpus_free, mbs_free, node0_cpus, node0_mbs) -> bool:
+        """Whether a guest bound recently is looked at anyway: it is on
+        the node with the fewest free CPUs or free memory, fits in one
+        node, and moving it would even the nodes out.
+        """
+        nodes = self.bound.get(name, ())
+        least_cpu = min(range(len(cpus_free)), key=lambda n: cpus_free[n])
+        least_mb = min(range(len(mbs_free)), key=lambda n: mbs_free[n])
+        if least_cpu not in nodes and least_mb not in nodes:
+            return False
+        if cpu_request >= node0_cpus or mb_request >= node0_mbs:
+            return False
+        lo_c, hi_c = min(cpus_free), max(cpus_free)
+        avg_c = sum(cpus_free) / len(cpus_free)
+        lo_m, hi_m = min(mbs_free), max(mbs_free)
+        avg_m = sum(mbs_free) / len(mbs_free)
+        return (abs(lo_c + cpu_used - avg_c) +
+                abs(hi_c - cpu_used - avg_c) <
+                (hi_c - lo_c) - self.cpu_threshold and
+                abs(lo_m + mb_used - avg_m) +
+                abs(hi_m - mb_used - avg_m) < hi_m - lo_m)
+
+    @staticmethod
+    def _weigh(mbs, cpus, mbs_free, cpus_free) -> float:
+        """numad's magnitude of a node for a request: the resources it
+        needs weighed above what it would leave over.
+        """
+        need_m, extra_m = (mbs, mbs_free - mbs) if mbs_free > mbs else \
+            (mbs_free, 0.0)
+        need_c, extra_c = (cpus, cpus_free - cpus) if cpus_free > cpus \
+            else (cpus_free, 0.0)
+        return (need_m * 10 + extra_m * 4) * (need_c * 6 + extra_c)
+
+    def _pick(self, guest, cpu_used, mb_used, cpus, mbs, enough, cpus_free,
+              mbs_free, now):
+        """The nodes numad would bind ``guest`` to; None where it stays
+        (bound there already with 90% of its memory there).
+        """
         spec = self.spec
-        free = self.host.free_mb()
+        size = spec.size
+        dist = spec.distances
         mine = self.host.pages(guest)
-        load = self.cpu_load(skip=guest)
-        mem = [free[n] + mine.get(n, 0.0) for n in range(spec.size)]
-        cpu = [max(spec.nodes[n].cpus - load[n], 0.0)
-               for n in range(spec.size)]
-        magnitude = [cpu[n] * mem[n] for n in range(spec.size)]
-        best = None
-        for seed in range(spec.size):
-            nodes = [seed]
-            rest = [n for n in range(spec.size) if n != seed]
-            while len(nodes) < k and rest:
-                pick = max(rest, key=lambda n: (
-                    magnitude[n] / (spec.distances[seed][n] / 10.0) ** 2,
-                    -n))
-                nodes.append(pick)
-                rest.remove(pick)
-            if sum(mem[n] for n in nodes) < guest.memory_mb:
-                continue
-            dist = 1.0
-            if len(nodes) > 1:
-                pairs = [(a, b) for a in nodes for b in nodes if a < b]
-                dist = sum(spec.distances[a][b] / 10.0
-                           for a, b in pairs) / len(pairs)
-            score = sum(magnitude[n] for n in nodes) / dist ** 2
-            if best is None or score > best[0]:
-                best = (score, tuple(sorted(nodes)))
-        return best[1] if best else None
+        bound = self.bound.get(guest.name)
+        tmp_m, tmp_c = list(mbs_free), list(cpus_free)
+        sum_free = 0.0
+        if bound is not None and len(bound) < size:
+            avg = (cpu_used + sum(cpus_free[n] for n in bound)) / len(bound)
+        for n in range(size):
+            own = mine.get(n, 0.0)
+            if bound is None or len(bound) >= size:
+                tmp_m[n] += own * 17 / 16
+                if mb_used > 0:
+                    tmp_c[n] += cpu_used * own / mb_used
+            else:
+                tmp_m[n] += own * 5 / 4
+                if n in bound:
+                    tmp_c[n] = avg
+            sum_free += tmp_c[n]
+            tmp_c[n] = max(min(tmp_c[n], self._cpus_total(n)), 1.0)
+            tmp_m[n] = min(tmp_m[n], float(spec.nodes[n].memory_mb))
+        mag = [self._weigh(mbs, cpus, tmp_m[n], tmp_c[n])
+               for n in range(size)]
+        if cpus > sum_free:
+            enough = True
+        flex = (100 - self.utilization) * self._cpus_total(0) / 200.0 \
+            if self.utilization < 100 else 0.0
+        need = max(math.ceil(mbs / spec.nodes[0].memory_mb),
+                   math.ceil((cpus - flex) / self._cpus_total(0)))
+        need = min(need, size)
 
-    def _scan(self, now) -> bool:
-        changed = False
-        guests = [g for g in self.managed() if g.allocated_mb >= self.min_mb]
-        for guest in sorted(guests, key=lambda g: (-g.vcpus * g.memory_mb,
-                                                   g.name)):
-            if now - self.moved_at.get(guest.name, -1e9) < self.hold:
-                continue
-            k = self._needed(guest)
-            nodes = None
-            while nodes is None and k <= self.spec.size:
-                nodes = self._best_set(guest, k)
-                k += 1
-            if nodes is None:
-                continue
-            pages = self.host.pages(guest)
-            inside = sum(mb for n, mb in pages.items() if n in nodes)
-            cpu_inside = sum(f for n, f in guest.cpu.items() if n in nodes)
-            if guest.allowed == nodes or (
-                    inside >= 0.9 * guest.allocated_mb and
-                    cpu_inside >= 0.999):
-                continue
-            per = guest.vcpus / len(nodes)
-            self.vcpus_to(guest, {n: per for n in nodes})
-            self.host.restrict(guest, nodes)
-            self.moved_at[guest.name] = now
-            changed = True
-        return changed
+        def chain(seed):
+            # By distance from seed; ties to the larger magnitude, then
+            # the lower node.
+            return sorted(range(size), key=lambda n: (dist[n][seed],
+                                                      -mag[n], n))
+
+        totmag = []
+        for seed in range(size):
+            order = chain(seed)
+            totmag.append(sum(mag[n] / dist[n][seed] ** 2
+                              for n in order[:need]))
+        best = max(range(size), key=lambda n: (totmag[n], -n))
+        target = []
+        left_m, left_c = mbs, cpus
+        for n in chain(best):
+            if need <= 0 and left_m <= 0 and (left_c <= flex or enough):
+                break
+            target.append(n)
+            need -= 1
+            if len(target) == size:
+                break
+            if tmp_m[n] >= left_m + self.mbs_margin:
+                left_m = 0.0
+            else:
+                left_m -= tmp_m[n] - self.mbs_margin
+            if tmp_c[n] >= left_c:
+                left_c = 0.0
+            else:
+                left_c -= tmp_c[n]
+        target = tuple(sorted(target))
+        outside = sum(mb for n, mb in mine.items() if n not in target)
+        local = mb_used <= 0 or \
+            100.0 * outside / mb_used <= 100 - self.memlocality
+        if bound is not None and target == bound and local:
+            self.bind_time[guest.name] = now
+            return None
+        return target
+
+    def _bind(self, guest, nodes, now) -> None:
+        """Every thread's affinity to the nodes' CPUs, then its memory
+        from each node outside them, the largest first, to the node
+        inside with the least of it (bind_process_and_migrate_memory).
+        """
+        self.vcpus_to(guest, {n: guest.vcpus / len(nodes) for n in nodes})
+        # Its new pages are first touched where its vCPUs now run.
+        guest.first_touch = tuple(nodes)
+        mine = self.host.pages(guest)
+        # Pages already on their way somewhere are not moved again.
+        for g, src, _dst, mb, _kind in self.host.queue:
+            if g is guest:
+                mine[src] = max(mine.get(src, 0.0) - mb, 0.0)
+        have = [mine.get(n, 0.0) for n in range(self.spec.size)]
+        previous = None
+        while True:
+            inside = [n for n in range(self.spec.size) if n in nodes]
+            outside = [n for n in range(self.spec.size) if n not in nodes]
+            if not outside:
+                break
+            dst = min(inside, key=lambda n: (have[n], -n))
+            src = max(outside, key=lambda n: (have[n], -n))
+            if have[src] <= host_mod.EPSILON or src == previous:
+                break
+            self.host.enqueue(guest, src, dst, have[src], host_mod.REMOTE)
+            have[dst] += have[src]
+            have[src] = 0.0
+            previous = src
+        self.bound[guest.name] = tuple(nodes)
+        self.bind_time[guest.name] = now
 
 
 class VTRMS(Policy):
@@ -322,12 +506,28 @@ class VDARM(Policy):
             elif kind.vdarm_class == 2:
                 self._even(guest)
 
-    def _gather(self, guest):
+    def _landed(self, guest) -> dict:
+        """The guest's pages per node once its queued moves are done
+        (a move is asked for once, not again at every period while its
+        pages are on their way).
+        """
         pages = self.host.pages(guest)
+        for g, src, dst, mb, _kind in self.host.queue:
+            if g is guest:
+                pages[src] = pages.get(src, 0.0) - mb
+                pages[dst] = pages.get(dst, 0.0) + mb
+        return {n: mb for n, mb in pages.items()
+                if mb > host_mod.EPSILON}
+
+    def _gather(self, guest):
+        pages = self._landed(guest)
         if not pages:
             return
         p = max(pages, key=lambda n: (pages[n], -n))
-        free = self.host.free_mb()[p] - self.host.pending_mb()
+        # Its free memory once the moves queued into and out of it land.
+        free = self.host.free_mb()[p]
+        for _g, src, dst, mb, _kind in self.host.queue:
+            free += mb if src == p else -mb if dst == p else 0.0
         for i, mb in sorted(pages.items()):
             if i != p and free >= mb:
                 self.host.enqueue(guest, i, p, mb, host_mod.REMOTE)
@@ -335,7 +535,7 @@ class VDARM(Policy):
         self.vcpus_to(guest, {p: guest.vcpus})
 
     def _even(self, guest):
-        pages = self.host.pages(guest)
+        pages = self._landed(guest)
         n = self.spec.size
         total = sum(pages.values())
         d = [pages.get(j, 0.0) - total / n for j in range(n)]

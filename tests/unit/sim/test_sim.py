@@ -109,6 +109,124 @@ class TestCapacity(testtools.TestCase):
         self.assertEqual(0.0, host.throughput(host.solve())['a'])
 
 
+class TestNumad(testtools.TestCase):
+    """numad as numad.c runs it: one bind a pass, by affinity and
+    migrate_pages, nothing confined.
+    """
+
+    def run_numad(self, host, seconds, guests=()):
+        hv = backend.SimHypervisor(host, counters='perf')
+        numad = policies.new('numad')
+        numad.attach(hv)
+        binds = []
+        real = numad._bind
+
+        def bind(guest, nodes, now):
+            binds.append((now, guest.name, nodes))
+            real(guest, nodes, now)
+        numad._bind = bind
+        for g in guests:
+            hv.start(g)
+        for t in range(seconds):
+            numad.step(float(t))
+            host.step(float(t))
+            hv.advance(host.solve())
+        return numad, binds
+
+    def crowded(self):
+        # Four 2-vCPU guests kept on node 0 of two 4-core nodes (their
+        # affinity someone else's): node 1 idle.
+        host = host_mod.Host(two_nodes(16), balancing=False)
+        guests = [guest('g%d' % i, node=0, memory_gb=2) for i in range(4)]
+        return host, guests
+
+    def test_one_bind_a_pass_then_the_short_interval(self):
+        host, guests = self.crowded()
+        numad, binds = self.run_numad(host, 40, guests)
+        self.assertTrue(binds)
+        times = [t for t, _name, _nodes in binds]
+        # Never two in one pass; 5 s after a bind the next pass.
+        self.assertEqual(len(times), len(set(times)))
+        self.assertEqual(numad.min_interval, times[1] - times[0])
+
+    def test_its_memory_is_moved_not_confined(self):
+        host, guests = self.crowded()
+        numad, binds = self.run_numad(host, 40, guests)
+        _t, name, _nodes = binds[0]
+        nodes = [n for _t, other, n in binds if other == name][-1]
+        g = host.guests[name]
+        self.assertEqual((), g.allowed)
+        self.assertEqual(nodes, g.first_touch)
+        self.assertEqual({n: 1.0 / len(nodes) for n in nodes}, g.cpu)
+        self.assertGreater(sum(host.pages(g).get(n, 0.0) for n in nodes),
+                           0.9 * g.allocated_mb)
+
+    def test_a_guest_bound_is_left_five_minutes(self):
+        # (Unless it is on the busiest node and moving it evens the nodes
+        # out: not here.)
+        host, guests = self.crowded()
+        self.useFixture(fixtures.MockPatchObject(
+            policies.Numad, '_bypass', return_value=False))
+        numad, binds = self.run_numad(host, 400, guests)
+        last = {}
+        for t, name, _nodes in binds:
+            if name in last:
+                self.assertGreaterEqual(t - last[name], numad.reevaluation)
+            last[name] = t
+        self.assertTrue(binds)
+
+    def test_a_guest_outgrowing_its_nodes_spills_and_lives(self):
+        # Bound to a node that then fills: its new pages go elsewhere
+        # (numad confines nothing), where the old model killed it.
+        host = host_mod.Host(two_nodes(8), balancing=False)
+        hv = backend.SimHypervisor(host, counters='perf')
+        numad = policies.new('numad')
+        numad.attach(hv)
+        g = guest('a', node=0, memory_gb=12)
+        host.add(g)
+        g.ctrl_pages[0] = 1.0 * GIB
+        numad._bind(g, (1,), 0.0)
+        for t in range(30):
+            host.step(float(t))
+        self.assertFalse(g.oom)
+        self.assertAlmostEqual(12 * GIB, g.allocated_mb, delta=1)
+        self.assertAlmostEqual(8 * GIB, host.pages(g)[1], delta=1)
+
+    def test_migrate_pages_goes_node_by_node(self):
+        # Pages on nodes 0, 1 and 2, bound to 2 and 3: node 0's (the
+        # most) go to node 3 (the least of it), then node 1's to node 2.
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        numad = policies.new('numad')
+        numad.attach(backend.SimHypervisor(host))
+        g = guest('a', node=0, memory_gb=8)
+        host.add(g)
+        c = host.node_ctrls
+        g.ctrl_pages = {c[0][0]: 4 * GIB, c[1][0]: 3 * GIB,
+                        c[2][0]: 1 * GIB}
+        numad._bind(g, (2, 3), 0.0)
+        self.assertEqual([(0, 3, 4 * GIB), (1, 2, 3 * GIB)],
+                         [(m[1], m[2], m[3]) for m in host.queue])
+
+
+class TestVDARM(testtools.TestCase):
+
+    def test_pages_on_their_way_are_not_moved_again(self):
+        # 32 GiB on node 0 of four, evened: 24 GiB to move, once.
+        host = host_mod.Host(presets.ibm_x3850(4), balancing=False)
+        vdarm = policies.new('vdarm')
+        vdarm.attach(backend.SimHypervisor(host))
+        g = guest('a', node=0, memory_gb=32)
+        host.add(g, preallocate=True)
+        vdarm._even(g)
+        vdarm._even(g)
+        self.assertAlmostEqual(24 * GIB, host.pending_mb(g), delta=1)
+        vdarm._gather(g)
+        vdarm._gather(g)
+        # Gathered back on node 0 where the queue will have left it: the
+        # moves queued to the others, then as much back.
+        self.assertAlmostEqual(48 * GIB, host.pending_mb(g), delta=1)
+
+
 class TestSteadyEffects(testtools.TestCase):
     """What a move leads to in the simulator's physics, in steady state
     (the yardstick of the cost model's predictions).
@@ -1162,6 +1280,8 @@ class TestCommand(testtools.TestCase):
              'expected comma-separated policy names'),
             (('--sweep', '2', '--workers', '100000'),
              '--workers from 1 to 256'),
+            (('--all', '--policies', 'nova-default,numad'),
+             '--policies must name both'),
         ]
         for args, want in cases:
             rc, out, err = self.run_cli('simulate', '--quiet', *args)
