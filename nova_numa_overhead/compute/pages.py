@@ -164,6 +164,12 @@ class PageMover:
                 'deployment guide)' % (domain[0], exc)) from exc
 
     def _move(self, domain, moves, max_pages) -> hv_mod.MoveResult:
+        if (max_pages is not None and max_pages <= 0) or not any(
+                mb > 0 for _src, _dst, mb in moves):
+            # Nothing to move: neither QEMU's mappings read nor its
+            # clear_refs written (that drops every mapping of the guest's
+            # memory for KVM to fault in again).
+            return hv_mod.MoveResult(requested=0, moved=0)
         try:
             ranges = self.ranges(domain)
         except (KeyError, ValueError) as exc:
@@ -189,7 +195,9 @@ class PageMover:
                 moved += result['moved']
                 for name, count in result['failed'].items():
                     failed[name] = failed.get(name, 0) + count
-            self.restart_tracking(domain, ranges)
+            if requested:
+                # Only after pages moved: each restart costs the guest.
+                self.restart_tracking(domain, ranges)
         except Exception as exc:
             if not requested:
                 raise

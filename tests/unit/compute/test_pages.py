@@ -108,6 +108,19 @@ class TestPageMoverOnARealProcess(testtools.TestCase):
             sum((end - start) // size for start, end, size in self.tracked[0]),
             96 * pages.MIB // pages.PAGE_SIZE)
 
+    def test_nothing_to_move_touches_nothing(self):
+        # No budget, no MiB asked for, or nothing on the source node: no
+        # mappings read for a zero budget, and no clear_refs at all.
+        reads = []
+        real = self.mover.read_maps
+        self.mover.read_maps = lambda *a: reads.append(a) or real(*a)
+        for moves, budget in (([(0, 0, 8)], 0), ([(0, 0, 0)], None)):
+            result = self.mover(self.domain, moves, budget)
+            self.assertEqual(0, result.requested)
+        self.assertEqual([], reads)
+        self.mover(self.domain, [(3, 0, 8)], None)
+        self.assertEqual([], self.tracked)
+
     def test_page_budget_bounds_the_move(self):
         result = self.mover(self.domain, [(0, 0, 64)], 100)
         self.assertEqual(100, result.requested)
