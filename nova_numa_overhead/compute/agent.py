@@ -224,8 +224,18 @@ class Agent:
             self.measured_at = self.clock()
         return self._topology
 
-    def _colocation_cpus(self) -> dict:
-        return {n.id: n.cpus for n in self.topology.nodes if n.cpus}
+    def _colocation_cpus(self, domain) -> dict:
+        """Node -> the CPUs of it the guest's vCPUs may be pinned to:
+        those Nova allows it (its ``<vcpu cpuset>``: the shared set, not
+        the dedicated CPUs of pinned guests nor the host's own).
+        """
+        nova = set(self.nova_cpus.get(domain.name) or domain.nova_cpus)
+        out = {}
+        for node in self.topology.nodes:
+            cpus = tuple(c for c in node.cpus if not nova or c in nova)
+            if cpus:
+                out[node.id] = cpus
+        return out
 
     def _measured_matrix(self, topology) -> dict:
         """The probe's latency/bandwidth matrix (vTRMS), if configured."""
@@ -378,10 +388,10 @@ class Agent:
         try:
             return self._cycle_listed(now, listed, current, started, fresh,
                                       placed, learned)
-        except hv_mod.HypervisorUnavailable:
-            # Libvirt lost before every guest that started was placed:
-            # placed at the next cycle (their events were taken), a new
-            # QEMU not learned yet as one.
+        except Exception:
+            # Libvirt lost (or a call of the host's failing) before every
+            # guest that started was placed: placed at the next cycle
+            # (their events were taken), a new QEMU not learned yet as one.
             with self._events_lock:
                 left = {d.name for d in started} - placed
                 self.pending |= left

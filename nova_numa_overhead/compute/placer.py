@@ -220,10 +220,18 @@ class Placer:
         """
         return not self.remote and policy.policy == planner.PROPORTIONAL
 
-    def _moved(self, view, mb, policy, local_only) -> 'planner.Plan | None':
+    def _moved(self, view, mb, policy, local_only,
+               domain) -> 'planner.Plan | None':
         """The best plan from any local node, its vCPUs moved there; local
         only: the best single node with room for it and ``reserve_mb``.
+        Only nodes with CPUs Nova allows the guest can be its local node.
         """
+        reach = self.colocate_cpus(domain)
+        nodes = tuple(n for n in view.local_nodes if reach.get(n))
+        if not nodes:
+            return None
+        if nodes != tuple(view.local_nodes):
+            view = dataclasses.replace(view, local_nodes=nodes)
         if not local_only:
             return planner.plan(view, mb, policy.policy, policy.max_nodes)
         best = None
@@ -252,7 +260,7 @@ class Placer:
             if local_only else view
         stay = planner.plan(stay_view, mb, policy.policy, policy.max_nodes,
                             local=here)
-        best = self._moved(view, mb, policy, local_only)
+        best = self._moved(view, mb, policy, local_only, domain)
         if best is None or best.local == here:
             return None
         if stay is not None and best.overhead > \
@@ -303,7 +311,7 @@ class Placer:
         if self.colocate_cpus:
             # Moving the vCPUs too pays only when another local node is a
             # level better than bringing the memory to where they run.
-            best = self._moved(full, mb, policy, local_only)
+            best = self._moved(full, mb, policy, local_only, domain)
             if best is not None and (plan is None or best.overhead <=
                                      plan.overhead - COLOCATE_MARGIN):
                 plan = best
@@ -364,7 +372,7 @@ class Placer:
         self.applied = (tuple(nodes), ())
         decision.action = 'restricted'
         if moves_vcpus:
-            cpus = self.colocate_cpus().get(plan.local)
+            cpus = self.colocate_cpus(domain).get(plan.local)
             if cpus:
                 self.hv.pin_vcpus(domain, cpus)
                 self.applied = (tuple(nodes), tuple(cpus))

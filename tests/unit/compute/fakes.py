@@ -111,6 +111,8 @@ class FakeHypervisor(hv_mod.Hypervisor):
             error = self.raise_on.get((method, domain.name))
             if error is not None:
                 raise error
+        elif (method, None) in self.raise_on:
+            raise self.raise_on[(method, None)]
 
     # -- the interface ------------------------------------------------------
 

@@ -433,6 +433,21 @@ class TestHalfDone(AgentTestCase):
         self.assertIn('a', agent.decisions)
         self.assertEqual((1,), self.hv.nodesets['a'])
 
+    def test_a_host_call_failing_mid_cycle_loses_no_start(self):
+        agent = self.make_agent()
+        agent.cycle()
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=1)
+        self.hv.raise_on[('free_memory_mb', None)] = \
+            hv_mod.HypervisorError('a hiccup')
+        self.clock.now += 1
+        # The service's loop logs it and goes on.
+        self.assertRaises(hv_mod.HypervisorError, agent.cycle)
+        self.assertNotIn('a', agent.decisions)
+        self.hv.raise_on.clear()
+        self.clock.now += 1
+        agent.cycle()
+        self.assertIn('a', agent.decisions)
+
     def test_a_rebalance_after_a_widening_does_not_narrow_again(self):
         self.hv = fakes.FakeHypervisor(nodes=4, memory_mb=16 * GIB)
         self.hv.add('g', {0: GIB}, vcpu_node=0, memory_mb=8 * GIB)
@@ -1683,6 +1698,27 @@ class TestColocation(AgentTestCase):
                           if mb})
         self.assertIn('vCPUs to node %d' % node,
                       agent.decisions[name].reason)
+
+    def test_only_to_cpus_nova_allows(self):
+        # Nova's <vcpu cpuset> (its shared set): node 0 and half of node
+        # 2; the dedicated CPUs of pinned guests elsewhere are not the
+        # floating guest's to take.
+        self.flags(group='numa_overhead_agent', colocate_vcpus=True)
+        shared = tuple(range(8)) + (16, 17, 18, 19)
+        agent = self.make_agent()
+        self.hv.add('a', {0: 4 * GIB}, vcpu_node=0)
+        self.hv.add('b', {0: 4 * GIB}, vcpu_node=0)
+        for name in ('a', 'b'):
+            self.hv.guests[name] = dataclasses.replace(
+                self.hv.guests[name], nova_cpus=shared)
+        for _ in range(3):
+            for name in ('a', 'b'):
+                self.busy(name, hit=0.1, loss=0.9, ipc=0.3)
+            self.clock.now += 1
+            agent.cycle()
+        moved = agent.colocate()
+        self.assertEqual(1, len(moved))
+        self.assertEqual((16, 17, 18, 19), self.hv.pins[moved[0]])
 
     def test_local_first_placement_moves_it_too(self):
         # The default first placement: the move plans over all the nodes
