@@ -482,7 +482,12 @@ class Agent:
         self._forget([n for n in self.nova_allowed if n not in current])
         self.free_mb = self.hv.free_memory_mb()
         if self.stepped_back is not None:
-            self._hand_back()
+            self._hand_back('the agent steps back: %s' % self.stepped_back)
+        elif not self.enforcing:
+            # Enforcement turned down (advisory or off) since an earlier
+            # run confined guests: nothing of it stays in force, and no
+            # protection from a filling node is needed then.
+            self._hand_back('enforcement is %s' % self.opts.enforcement)
         self.levels = estimator.estimate(self.collector.observations(),
                                          self.estimator_topology,
                                          self.thresholds)
@@ -555,21 +560,20 @@ class Agent:
             # settles (its last migrations land, the rates show it).
             self.optimizer.host_changed(now)
 
-    def _hand_back(self) -> None:
-        """Stepped back: give every guest the agent confined or pinned
-        Nova's placement back (its nodeset widened, its vCPUs unpinned;
-        no page moves), so that numad places it within what Nova allows,
-        and nothing the agent set fences numad in or lets a filling node
-        kill a guest. A guest whose restore failed is tried again next
-        cycle.
+    def _hand_back(self, why: str) -> None:
+        """Stepped back, or not enforcing: give every guest the agent
+        confined or pinned Nova's placement back (its nodeset widened, its
+        vCPUs unpinned; no page moves), so that numad places it within
+        what Nova allows, and nothing the agent set fences numad in or
+        lets a filling node kill a guest. A guest whose restore failed is
+        tried again next cycle.
         """
         for name, (nodes, cpus) in list(self.restrictions.items()):
             domain = self.domains.get(name)
             if domain is None or not (nodes or cpus) or \
-                    name in self.migrating:
+                    name in self.migrating or domain.pinned:
                 continue
-            self._restore(domain, nodes, cpus,
-                          'the agent steps back: %s' % self.stepped_back)
+            self._restore(domain, nodes, cpus, why)
 
     def _optimize(self, now: float) -> None:
         """The optimizer's pass: its failure never stops sampling,
@@ -655,21 +659,24 @@ class Agent:
                                               recorded.outcome, recorded.at)
             self.optimizer.resume(name, recorded)
         self.restrictions[name] = restriction
-        if not self.enforcing or domain.pinned or domain.metadata_error:
+        if domain.pinned or domain.metadata_error:
             return
         if recorded is not None and recorded.host != self.host and (
                 recorded.nodes or recorded.cpus):
             # It came by live migration with the source agent's
             # restriction in its XML (a restrictive numatune, vCPU pins):
-            # Nova's placement first, then this host's plan; tried again
-            # every cycle until it is given back.
+            # Nova's placement first, then this host's plan (if the agent
+            # enforces here); tried again every cycle until it is given
+            # back. Whatever this agent's enforcement: another host's
+            # restriction is never this one's to keep.
             if not self._restore(domain, recorded.nodes, recorded.cpus,
                                  'arrived by live migration from %s'
                                  % recorded.host):
                 self.unrestored[name] = (recorded.host,
                                          bool(recorded.nodes),
                                          bool(recorded.cpus))
-        elif recorded is None or recorded.host != self.host:
+        elif self.enforcing and (recorded is None or
+                                 recorded.host != self.host):
             self.write_record(domain)
 
     def _restore(self, domain, nodes, cpus, why: str) -> bool:

@@ -780,6 +780,32 @@ class TestPlacement(AgentTestCase):
         self.assertEqual(((), ()), agent.restrictions['a'])
         self.assertEqual({'a': (0, 1, 2, 3)}, self.hv.nodesets)
 
+    def test_enforcement_turned_down_hands_back_what_it_recorded(self):
+        # An earlier run enforced ('a' confined and pinned); this one is
+        # advisory or off: Nova's placement back, nothing left fenced in
+        # (no protection from a filling node would come), once.
+        for mode in ('advisory', 'off'):
+            self.hv = fakes.FakeHypervisor()
+            self.flags(group='numa_overhead_agent', enforcement=mode)
+            self.hv.add('a', {0: 4 * GIB}, vcpu_node=0,
+                        recorded=hv_mod.Recorded(host='cmp-1', nodes=(0,),
+                                                 cpus=(0, 1)))
+            agent = self.make_agent()
+            agent.cycle()
+            self.assertEqual([('a', (), ())], self.hv.restored, mode)
+            self.assertEqual(((), ()), agent.restrictions['a'])
+            self.clock.now += 1
+            agent.cycle()
+            self.assertEqual(1, len(self.hv.restored), mode)
+
+    def test_not_enforcing_a_source_agents_restriction_is_given_back(self):
+        self.flags(group='numa_overhead_agent', enforcement='advisory')
+        source = hv_mod.Recorded(host='cmp-src', nodes=(1,), cpus=(8, 9))
+        self.hv.add('m', {1: 4 * GIB}, vcpu_node=1, recorded=source)
+        agent = self.make_agent()
+        agent.cycle()
+        self.assertEqual([('m', (), ())], self.hv.restored)
+
     def test_numad_drops_the_moves_awaiting_a_verdict(self):
         agent = self.make_agent()
         agent.cycle()
