@@ -883,7 +883,9 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         """Whether a live migration's job holds the domain, refusing any
         change until it ends (each call would wait 30 s for it): the
         destination before the end (paused, or running in post-copy), the
-        source past its switchover. Listed again once it runs here.
+        source past its switchover, and the destination of a post-copy
+        migration that failed (its job kept for a recovery). Listed again
+        once it runs here.
         """
         state, reason = dom.state()
         if state == libvirt.VIR_DOMAIN_PAUSED:
@@ -891,7 +893,8 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
                 'VIR_DOMAIN_PAUSED_MIGRATION', 'VIR_DOMAIN_PAUSED_POSTCOPY',
                 'VIR_DOMAIN_PAUSED_POSTCOPY_FAILED')
         return state == libvirt.VIR_DOMAIN_RUNNING and reason in _constants(
-            'VIR_DOMAIN_RUNNING_POSTCOPY')
+            'VIR_DOMAIN_RUNNING_POSTCOPY',
+            'VIR_DOMAIN_RUNNING_POSTCOPY_FAILED')
 
     def enable_counters(self, domain: hypervisor.DomainInfo) -> bool:
         """Enable the perf events; falls back to those without stalls."""

@@ -1113,6 +1113,7 @@ class TestLifecycle(LibvirtDriverTestCase):
                 ((paused, libvirt.VIR_DOMAIN_PAUSED_MIGRATION), False),
                 ((paused, libvirt.VIR_DOMAIN_PAUSED_POSTCOPY), False),
                 ((running, libvirt.VIR_DOMAIN_RUNNING_POSTCOPY), False),
+                ((running, 11), False),     # RUNNING_POSTCOPY_FAILED
                 ((paused, libvirt.VIR_DOMAIN_PAUSED_USER), True),
                 ((running, libvirt.VIR_DOMAIN_RUNNING_MIGRATED), True)):
             real = libvirt.virDomain.state
