@@ -115,6 +115,10 @@ MOVE_COST = 1 / 512.0
 # seeds (the bar broken in as many scenarios at 0.5 as at 1, a guest
 # below 0.90x in 6 fewer, 18% less memory moved).
 NEIGHBOUR_GAIN = 0.5
+# Cycles per second below which a sample says nothing of a guest's
+# progress (a paused or idle guest's vCPU threads do not run): the
+# verdicts' windows skip it.
+ACTIVE_HZ = 1e7
 BACKOFF_BASE = 60.0      # seconds left alone after a first undo
 BACKOFF_MAX = 3600.0
 RETURN_STALLS = 3         # steps of pages going back that get no nearer
@@ -231,18 +235,25 @@ class Progress:
             i = (start + k) % self._size * self.WIDTH
             yield Rates(*self._data[i:i + self.WIDTH])
 
-    def mean(self, since, window: int) -> Rates | None:
+    def mean(self, since, window: int, active: bool = False
+             ) -> Rates | None:
         """The mean of the last ``window`` samples taken after ``since``
-        (None: any), or None when there are fewer.
+        (None: any), or None when there are fewer; ``active``: of the
+        samples where the guest ran (ACTIVE_HZ), the others skipped.
         """
         data, width = self._data, self.WIDTH
         found = []
         k = self._next
-        for _ in range(min(self._count, window)):
+        for _ in range(self._count if active else
+                       min(self._count, window)):
             k = (k - 1) % self._size
             if since is not None and data[k * width] <= since:
                 break
+            if active and data[k * width + 2] < ACTIVE_HZ:
+                continue
             found.append(k * width)
+            if len(found) == window:
+                break
         if len(found) < window or window <= 0:
             return None
         n = float(window)
@@ -527,13 +538,16 @@ class Optimizer:
         self.counts[what] += 1
         self.per_guest.setdefault(name, collections.Counter())[what] += 1
 
-    def _mean(self, name, since=None, last=None) -> Rates | None:
+    def _mean(self, name, since=None, last=None,
+              active=False) -> Rates | None:
         """The mean of ``name``'s last ``last`` (``loop_window``) samples
-        taken after ``since``, or None when it has fewer.
+        taken after ``since``, or None when it has fewer (``active``: of
+        those where its vCPUs ran, :meth:`Progress.mean`).
         """
         window = self.opts.loop_window if last is None else last
         history = self.history.get(name)
-        return history.mean(since, window) if history is not None else None
+        return history.mean(since, window, active) \
+            if history is not None else None
 
     # -- the pass -------------------------------------------------------------
 
@@ -1205,7 +1219,7 @@ class Optimizer:
                 continue
             if nodes.intersection(state.cpu) or \
                     nodes.intersection(state.memory_mb):
-                mean = self._mean(other)
+                mean = self._mean(other, active=True)
                 if mean is not None:
                     out[other] = mean.ips
         return out
@@ -1216,7 +1230,7 @@ class Optimizer:
         if domain is None:
             return False
         state = agent.collector.guests.get(action.guest)
-        before = self._mean(action.guest)
+        before = self._mean(action.guest, active=True)
         previous = agent.restrictions.get(action.guest, ((), ()))
         # An undo puts the vCPUs back on the CPUs they had, else on those
         # (within Nova's) of the nodes they ran on: floating again, the
@@ -1291,7 +1305,8 @@ class Optimizer:
         if before is not None:
             rpi = {}
             for name in (action.guest, *neighbours):
-                mean = before if name == action.guest else self._mean(name)
+                mean = before if name == action.guest else \
+                    self._mean(name, active=True)
                 if mean is not None and mean.ips > 0:
                     rpi[name] = mean.rps / mean.ips
             self.checks[action.guest] = Check(
@@ -1432,7 +1447,7 @@ class Optimizer:
                 continue
             if now < check.settle:
                 continue
-            after = self._mean(name, since=check.settle)
+            after = self._mean(name, since=check.settle, active=True)
             if after is None:
                 if now > check.settle + self._expire():
                     # No progress measured since: no verdict, and its
@@ -1592,7 +1607,7 @@ class Optimizer:
         measured = {}
         before = after = 0.0
         for other, ips in check.neighbours.items():
-            mean = self._mean(other, since=check.settle)
+            mean = self._mean(other, since=check.settle, active=True)
             if mean is None or ips <= 0 or \
                     _changed(check.rpi.get(other), mean) is not None:
                 # Not measured since, or its workload changed: not the

@@ -2178,6 +2178,17 @@ class TestContained(OptimizerTestCase):
         self.assertTrue(agent.optimizer.apply(self.to_node1(), now))
         return agent, now
 
+    def test_a_paused_guest_is_not_judged_slower(self):
+        # Paused by its user while its verdict waits: its vCPUs do not
+        # run, which says nothing of the move.
+        agent, now = self.moved()
+        opt = agent.optimizer
+        self.clock.now = opt.checks['a'].settle
+        self.sample(agent, 2 * agent.opts.loop_window, a=0)
+        self.assertEqual(0, opt.counts['undone'])
+        self.assertEqual(1.0, opt.trust)
+        self.assertIn('a', opt.checks)
+
     def test_a_migrating_guest_is_not_judged(self):
         agent, now = self.moved()
         opt = agent.optimizer
