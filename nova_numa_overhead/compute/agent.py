@@ -717,10 +717,13 @@ class Agent:
         return True
 
     def write_record(self, domain: hv_mod.DomainInfo) -> None:
-        """Keep what the agent knows of the guest in its live metadata."""
-        if not self.enforcing:
-            return
+        """Keep what the agent knows of the guest in its live metadata
+        (not while it leaves by live migration: the migration's job holds
+        the domain, and the call would wait for it, 30 s, then fail).
+        """
         name = domain.name
+        if not self.enforcing or name in self.migrating:
+            return
         nodes, cpus = self.restrictions.get(name, ((), ()))
         last = self.outcomes.get(name)
         counts = self.optimizer.guest_counts(name)
@@ -747,10 +750,12 @@ class Agent:
     def leave_for_migration(self, name: str) -> None:
         """A live migration of ``name`` began: Nova's placement back.
 
-        The agent's cgroup restriction does not travel, but vCPU pins and
-        a restrictive numatune live in the XML; and a migration that fails
-        leaves the guest here with what Nova wrote until it is placed
-        again ('resumed'). The guest is left alone meanwhile.
+        The agent's cgroup restrictions (memory nodes, and a local QEMU's
+        vCPUs) do not travel, but a restrictive numatune and the vCPU pins
+        of a guest without a known QEMU pid live in the XML; and a
+        migration that fails leaves the guest here with what Nova wrote
+        until it is placed again ('resumed'). The guest is left alone
+        meanwhile.
         """
         self.migrating.add(name)
         domain = self.domains.get(name)

@@ -9,7 +9,8 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""A guest's memory nodes through its cpuset cgroups (``cpuset.mems``).
+"""A guest's memory nodes (``cpuset.mems``) and vCPUs' CPUs
+(``cpuset.cpus``) through its cpuset cgroups.
 
 libvirt changes a running domain's memory nodeset only in numatune
 ``mode='restrictive'``; Nova writes no numatune for a floating guest, and on
@@ -43,6 +44,7 @@ import re
 ROOT = '/sys/fs/cgroup'
 # libvirt's per-thread sub-cgroups of a guest.
 THREAD_CGROUP_RE = re.compile(r'^(?:emulator|vcpu\d+|iothread\d+)$')
+VCPU_CGROUP_RE = re.compile(r'^vcpu\d+$')
 
 
 class CgroupError(OSError):
@@ -207,10 +209,68 @@ def set_cgroup_mems(cgroup_text: str, nodes, root: str = ROOT) -> list:
     return [cgroup for cgroup, _before in written]
 
 
-def _put_back(written) -> None:
+def set_cgroup_vcpu_cpus(cgroup_text: str, cpus, root: str = ROOT) -> list:
+    """Keep the vCPU threads of the process whose ``/proc/<pid>/cgroup``
+    reads ``cgroup_text`` on ``cpus`` (``cpuset.cpus`` of libvirt's
+    ``vcpuN`` cgroups); () gives them the CPUs their parent allows again.
+
+    What ``virDomainPinVcpu`` does, without its ``<vcpupin>`` in the live
+    XML, which Nova copies into a live migration's destination and
+    persistent definition: like ``cpuset.mems``, nothing of this travels.
+    The kernel sets every thread's affinity to the cgroup's CPUs on the
+    write. Checked as :func:`set_cgroup_mems` is (effective CPUs, put back
+    on a failure).
+
+    :returns: the cgroup directories written.
+    :raises CgroupError: no vCPU cgroup, or the kernel's refusal.
+    """
+    cpus = tuple(sorted(set(int(c) for c in cpus)))
+    if cpus and cpus[0] < 0:
+        raise ValueError('CPUs must be non-negative ids, not %r' % (cpus,))
+    directory, version = cpuset_dir(cgroup_text, root)
+    if not os.path.normpath(directory).startswith(
+            os.path.normpath(root) + os.sep):
+        raise CgroupError('cgroup %s is not below %s' % (directory, root))
+    vcpus = [c for c in thread_cgroups(directory)
+             if VCPU_CGROUP_RE.match(os.path.basename(c))]
+    if not vcpus:
+        raise CgroupError('no vCPU cgroup (vcpuN) next to %s' % directory)
+    parent = os.path.dirname(vcpus[0])
+    if not cpus:
+        # Cgroup v1 has no "the parent's": its CPUs, written out.
+        cpus = parse_mems(_read(os.path.join(
+            parent, 'cpuset.cpus.effective' if version == 2 else
+            'cpuset.cpus')))
+    value = format_mems(cpus)
+    written = []
+    try:
+        for cgroup in vcpus:
+            path = os.path.join(cgroup, 'cpuset.cpus')
+            before = _read(path).strip()
+            try:
+                _write(path, value)
+            except OSError as e:
+                raise CgroupError(e.errno, 'cannot write %s to %s: %s'
+                                  % (value, path, e.strerror))
+            written.append((cgroup, before))
+            effective = os.path.join(cgroup, 'cpuset.cpus.effective')
+            if os.path.exists(effective):
+                got = parse_mems(_read(effective))
+                if got != cpus:
+                    raise CgroupError('%s allows CPUs %s, not %s: a '
+                                      'parent cgroup restricts them'
+                                      % (cgroup, format_mems(got) or '-',
+                                         value))
+    except (CgroupError, OSError):
+        _put_back(written, 'cpuset.cpus')
+        raise
+    return [cgroup for cgroup, _before in written]
+
+
+def _put_back(written, name: str = 'cpuset.mems') -> None:
     for cgroup, before in reversed(written):
         try:
-            _write(os.path.join(cgroup, 'cpuset.mems'), before)
+            _write(os.path.join(cgroup, name), before)
         except OSError:
             pass
 

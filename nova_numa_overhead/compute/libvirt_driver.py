@@ -600,9 +600,11 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
     """A host reached through libvirt (normally QEMU/KVM).
 
     ``mover((name, uuid), moves, max_pages) -> MoveResult`` moves a
-    domain's pages and ``memory_nodes((name, uuid), nodes)`` restricts its
-    QEMU's cpuset cgroups to memory nodes (both need privileges the agent
-    does not have; by default they go through the privsep helpers).
+    domain's pages, ``memory_nodes((name, uuid), nodes)`` restricts its
+    QEMU's cpuset cgroups to memory nodes and ``vcpu_cpus((name, uuid),
+    cpus)`` its vCPU threads' cgroups to CPUs (all need privileges the
+    agent does not have; by default they go through the privsep
+    helpers).
     ``pid_dir`` is where ``<name>.pid`` files of QEMU are read; by default
     it is derived from a local ``qemu:///system`` URI, else pids are
     unknown. ``reconnect_backoff`` are the seconds between connection
@@ -615,7 +617,7 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
     def __init__(self, uri: str = 'qemu:///system',
                  reconnect_backoff=(1, 2, 4, 8, 30), sleep=time.sleep,
                  mover=None, pid_dir=_DERIVED, clock=time.monotonic,
-                 memory_nodes=None):
+                 memory_nodes=None, vcpu_cpus=None):
         if libvirt is None:
             raise hypervisor.HypervisorError(
                 'the libvirt backend needs libvirt-python (import libvirt '
@@ -628,6 +630,7 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
         self._clock = clock
         self._mover = mover
         self._memory_nodes = memory_nodes
+        self._vcpu_cpus = vcpu_cpus
         self._pid_dir = (self._derive_pid_dir(uri) if pid_dir is _DERIVED
                          else pid_dir)
         self._lock = threading.RLock()
@@ -1179,6 +1182,57 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
                 {libvirt.VIR_DOMAIN_NUMA_NODESET: format_set(nodes)},
                 libvirt.VIR_DOMAIN_AFFECT_LIVE)
 
+    def restore(self, domain: hypervisor.DomainInfo, nodes=None,
+                cpus=None) -> None:
+        """As :meth:`Hypervisor.restore`; a local QEMU's vCPUs given
+        every CPU (cpus ``()``) get what their parent cgroup allows, not
+        every CPU of the host written out (a parent restricting them would
+        refuse that).
+        """
+        if cpus is not None and not cpus and \
+                self._cgroup_pid(domain) is not None:
+            self._refuse_pinned(domain, 'pin the vCPUs of')
+            if nodes is not None:
+                super().restore(domain, nodes, None)
+            self._set_cgroup_cpus(domain, [])
+            return
+        super().restore(domain, nodes, cpus)
+
+    def _cgroup_pid(self, domain) -> int | None:
+        """The QEMU pid of a local guest, else None."""
+        return domain.pid if domain.pid is not None else self._read_pid(
+            domain.name)
+
+    def _set_cgroup_cpus(self, domain, cpus) -> None:
+        vcpu_cpus = self._vcpu_cpus
+        if vcpu_cpus is None:
+            from nova_numa_overhead.compute import privsep
+
+            def vcpu_cpus(identity, cpus):
+                return privsep.set_vcpu_cpus(*identity, cpus)
+        self._privileged(domain, 'vCPUs\' CPUs', vcpu_cpus, list(cpus))
+
+    def _privileged(self, domain, what, call, value) -> None:
+        """``call((name, uuid), value)`` of a cgroup helper, its
+        failures as HypervisorError.
+        """
+        try:
+            call((domain.name, domain.uuid), value)
+        except hypervisor.HypervisorError:
+            raise
+        except (OSError, ValueError) as e:
+            raise hypervisor.HypervisorError(
+                '%s of %s through its cgroups: %s' % (what, domain.name, e)
+            ) from e
+        except Exception as e:
+            if not hypervisor.helper_not_started(e):
+                raise
+            raise hypervisor.HypervisorError(
+                '%s of %s through its cgroups: the privileged helper '
+                '[numa_overhead_cgroups] did not start (%s); check its '
+                'helper_command and the sudoers or rootwrap rule (see the '
+                'deployment guide)' % (what, domain.name, e)) from e
+
     def _set_cgroup_nodes(self, domain, nodes) -> None:
         memory_nodes = self._memory_nodes
         if memory_nodes is None:
@@ -1186,22 +1240,7 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
 
             def memory_nodes(identity, nodes):
                 return privsep.set_memory_nodes(*identity, nodes)
-        try:
-            memory_nodes((domain.name, domain.uuid), list(nodes))
-        except hypervisor.HypervisorError:
-            raise
-        except (OSError, ValueError) as e:
-            raise hypervisor.HypervisorError(
-                'nodeset of %s through its cgroups: %s' % (domain.name, e)
-            ) from e
-        except Exception as e:
-            if not hypervisor.helper_not_started(e):
-                raise
-            raise hypervisor.HypervisorError(
-                'nodeset of %s through its cgroups: the privileged helper '
-                '[numa_overhead_cgroups] did not start (%s); check its '
-                'helper_command and the sudoers or rootwrap rule (see the '
-                'deployment guide)' % (domain.name, e)) from e
+        self._privileged(domain, 'nodeset', memory_nodes, list(nodes))
 
     def move_pages(self, domain: hypervisor.DomainInfo, moves,
                    max_pages: int) -> hypervisor.MoveResult:
@@ -1219,9 +1258,15 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
     def pin_vcpus(self, domain: hypervisor.DomainInfo, cpus) -> None:
         """Set every vCPU's live affinity to ``cpus``.
 
-        Uses ``virDomainPinVcpu``, which libvirt defines as changing the
-        live state only, i.e. ``pinVcpuFlags(..., AFFECT_LIVE)``; the test
-        driver rejects that flag but accepts this call.
+        A local QEMU's through the ``cpuset.cpus`` of its vCPU threads'
+        cgroups (``vcpu_cpus``, privileged), as its memory nodes are:
+        ``virDomainPinVcpu`` writes a ``<vcpupin>`` into the live XML,
+        which Nova copies into a live migration's destination (and its
+        persistent definition), and each call needs a libvirt job, which
+        a migration's holds. Without a local QEMU pid (remote URIs, the
+        test driver), ``virDomainPinVcpu``: the live state only, i.e.
+        ``pinVcpuFlags(..., AFFECT_LIVE)``; the test driver rejects that
+        flag but accepts this call.
         """
         self._refuse_pinned(domain, 'pin the vCPUs of')
         cpus = set(int(c) for c in cpus)
@@ -1231,6 +1276,9 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             raise hypervisor.HypervisorError(
                 'cannot pin %s to CPUs %s (unknown: %s)'
                 % (domain.name, sorted(cpus), unknown))
+        if self._cgroup_pid(domain) is not None:
+            self._set_cgroup_cpus(domain, sorted(cpus))
+            return
         cpumap = tuple(i in cpus for i in range(max(known) + 1))
         dom = self._lookup(domain)
         with self._errors('pinning vCPUs of %s' % domain.name, dom):

@@ -469,3 +469,16 @@ def set_memory_nodes(name: str, uuid: str, nodes: list) -> list:
         written = cgroups.set_cgroup_mems(qemu.read('cgroup'), nodes)
         qemu.check()
         return written
+
+
+@numa_overhead_cgroup_pctxt.entrypoint
+def set_vcpu_cpus(name: str, uuid: str, cpus: list) -> list:
+    """Keep the domain's vCPU threads on ``cpus`` (cpuset.cpus of its
+    vcpuN cgroups; [] = the CPUs their parent allows), see
+    :func:`nova_numa_overhead.compute.cgroups.set_cgroup_vcpu_cpus`.
+    Returns the cgroups written.
+    """
+    with resolve(name, uuid) as qemu:
+        written = cgroups.set_cgroup_vcpu_cpus(qemu.read('cgroup'), cpus)
+        qemu.check()
+        return written

@@ -155,9 +155,11 @@ oslo.privsep options of the agent's second privileged helper, which
 restricts a guest's memory nodes by writing ``cpuset.mems`` of its QEMU
 threads' cgroups when ``[numa_overhead_agent] enforcement`` is ``nodeset``
 or ``pages`` (for guests without ``<numatune>``, as Nova writes floating
-guests). Those files belong to root: leave ``user`` and ``group`` unset so
-that it runs as root, with ``CAP_SYS_PTRACE`` to check that the process is
-the domain's QEMU. It acts on a libvirt domain's cgroups and nothing else.
+guests), and the CPUs of its vCPU threads (``cpuset.cpus`` of their
+cgroups) when the agent moves them. Those files belong to root: leave
+``user`` and ``group`` unset so that it runs as root, with
+``CAP_SYS_PTRACE`` to check that the process is the domain's QEMU. It
+acts on a libvirt domain's cgroups and nothing else.
 """)
 
 

@@ -210,6 +210,18 @@ class TestNovaFloatingGuest(LibvirtTestCase, tests_base.TestCase):
             self.assertOnlyOn(nodes, self.ram_nodes(info.pid))
             self.assertEqual(tuple(nodes), self.info(dom).allowed_nodes)
         self.assertNotIn('<numatune', dom.XMLDesc(0))
+        # Its vCPUs through their cgroups the same way: the affinity the
+        # kernel gives their threads, and nothing in the XML that a live
+        # migration copies to its destination; then what the parent
+        # cgroup allows again.
+        every = tuple(sorted(c for n in topology.nodes for c in n.cpus))
+        cpus = tuple(sorted(topology.nodes[1].cpus))
+        self.hv.pin_vcpus(info, cpus)
+        self.assertEqual(cpus, self.hv.vcpu_affinity(self.info(dom)))
+        self.assertNotIn('vcpupin', dom.XMLDesc(
+            libvirt.VIR_DOMAIN_XML_MIGRATABLE))
+        self.hv.restore(info, None, ())
+        self.assertEqual(every, self.hv.vcpu_affinity(self.info(dom)))
         # A restart (Nova's hard reboot, a migration's arrival) is a new
         # QEMU: the 'started' event places it again (the agent service's
         # event thread does what this loop does).

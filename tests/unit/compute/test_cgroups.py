@@ -171,3 +171,65 @@ class TestSetMemoryNodes(CgroupFsTestCase):
         self.process(6, '0::/../../etc\n')
         self.assertRaises(cgroups.CgroupError, cgroups.set_memory_nodes, 6,
                           [0], proc=self.proc, root=self.root)
+
+
+class TestSetVcpuCpus(CgroupFsTestCase):
+
+    def cpus(self, path, cpus='', effective=None):
+        directory = os.path.join(self.root, path)
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, 'cpuset.cpus'), 'w') as f:
+            f.write(cpus + '\n')
+        if effective is not None:
+            with open(os.path.join(directory,
+                                   'cpuset.cpus.effective'), 'w') as f:
+                f.write(effective + '\n')
+
+    def test_the_vcpu_cgroups_only(self):
+        text = '0::/%s/emulator\n' % SCOPE
+        for name in ('emulator', 'vcpu0', 'vcpu1', 'iothread1'):
+            self.cpus('%s/%s' % (SCOPE, name), cpus='0-7')
+        written = cgroups.set_cgroup_vcpu_cpus(text, [5, 4], root=self.root)
+        self.assertEqual(['vcpu0', 'vcpu1'],
+                         [os.path.basename(d) for d in written])
+        self.assertEqual(['0-7', '4,5', '4,5', '0-7'],
+                         [self.read('%s/%s' % (SCOPE, name), 'cpuset.cpus')
+                          for name in ('emulator', 'vcpu0', 'vcpu1',
+                                       'iothread1')])
+
+    def test_none_gives_the_parents_cpus_back(self):
+        # v2: the parent's effective CPUs (a parent restricting them
+        # would refuse every host CPU written out); v1: its cpuset.cpus.
+        text = '0::/%s/emulator\n' % SCOPE
+        self.cpus(SCOPE, cpus='', effective='0-5')
+        for name in ('emulator', 'vcpu0'):
+            self.cpus('%s/%s' % (SCOPE, name), cpus='2')
+        cgroups.set_cgroup_vcpu_cpus(text, [], root=self.root)
+        self.assertEqual('0,1,2,3,4,5', self.read('%s/vcpu0' % SCOPE,
+                                                  'cpuset.cpus'))
+        v1 = '4:cpuset:/%s/emulator\n' % SCOPE
+        self.cpus('cpuset/%s' % SCOPE, cpus='1-2')
+        for name in ('emulator', 'vcpu0'):
+            self.cpus('cpuset/%s/%s' % (SCOPE, name), cpus='2')
+        cgroups.set_cgroup_vcpu_cpus(v1, [], root=self.root)
+        self.assertEqual('1,2', self.read('cpuset/%s/vcpu0' % SCOPE,
+                                          'cpuset.cpus'))
+
+    def test_refused_is_put_back_and_errors(self):
+        text = '0::/%s/emulator\n' % SCOPE
+        self.cpus('%s/emulator' % SCOPE, cpus='0-7')
+        for name in ('vcpu0', 'vcpu1'):
+            self.cpus('%s/%s' % (SCOPE, name), cpus='0-7', effective='0-3')
+        error = self.assertRaises(cgroups.CgroupError,
+                                  cgroups.set_cgroup_vcpu_cpus, text, [6],
+                                  root=self.root)
+        self.assertIn('allows CPUs 0,1,2,3, not 6', str(error))
+        self.assertEqual('0-7', self.read('%s/vcpu0' % SCOPE, 'cpuset.cpus'))
+        # No vCPU cgroup (a plain process), a negative CPU, outside root.
+        self.cpus('test/helper')
+        self.assertRaises(cgroups.CgroupError, cgroups.set_cgroup_vcpu_cpus,
+                          '0::/test/helper\n', [0], root=self.root)
+        self.assertRaises(ValueError, cgroups.set_cgroup_vcpu_cpus, text,
+                          [-1], root=self.root)
+        self.assertRaises(cgroups.CgroupError, cgroups.set_cgroup_vcpu_cpus,
+                          '0::/../../etc/vcpu0\n', [0], root=self.root)

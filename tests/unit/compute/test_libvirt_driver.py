@@ -583,11 +583,29 @@ class TestActions(LibvirtDriverTestCase):
         self.assertEqual((), self._info_of(hv, dom).allowed_nodes)
         self.assertEqual((), self._info_of(hv, dom).allowed_nodes)
 
-    def _cgroup_driver(self, record):
+    def test_vcpus_of_a_local_qemu_through_cgroups(self):
+        # Not virDomainPinVcpu: its <vcpupin> would travel with a live
+        # migration. Nova's placement back: what the parent allows ([]).
+        calls = []
+        hv = self._cgroup_driver(None, cpus=calls.append)
+        dom = self._define()
+        info = self._info_of(hv, dom)
+        hv.pin_vcpus(info, {3, 2})
+        hv.restore(info, None, ())
+        hv.restore(info, None, (1, 2))
+        identity = (info.name, info.uuid)
+        self.assertEqual([(identity, [2, 3]), (identity, []),
+                          (identity, [1, 2])], calls)
+        self.assertNotIn('vcpupin', dom.XMLDesc(0))
+        self.assertRaises(hypervisor.HypervisorError, hv.pin_vcpus, info,
+                          [999])
+
+    def _cgroup_driver(self, record, cpus=None):
         pid_dir = self.useFixture(fixtures.TempDir()).path
         hv = libvirt_driver.LibvirtHypervisor(
             URI, pid_dir=pid_dir,
-            memory_nodes=lambda identity, nodes: record((identity, nodes)))
+            memory_nodes=lambda identity, nodes: record((identity, nodes)),
+            vcpu_cpus=lambda identity, c: cpus((identity, c)))
         self.addCleanup(hv.close)
         self._pid_dir = pid_dir
         return hv
