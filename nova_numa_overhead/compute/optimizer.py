@@ -451,6 +451,9 @@ class Optimizer:
         guests = self.agent.collector.guests
         for name in [n for n in self.history if n not in guests]:
             del self.history[name]
+        # A guest gone with its move awaiting a verdict: none comes.
+        self.counts['expired'] += sum(1 for n in self.checks
+                                      if n not in guests)
         for table in (self.checks, self.held, self.failures, self.advised,
                       self.seen, self.points, self.per_miss,
                       self.unjudged_run, self.shift_since):
@@ -1440,6 +1443,7 @@ class Optimizer:
                 # Nova's placement is back for the migration: nothing to
                 # judge, nothing to undo.
                 del self.checks[name]
+                self.counts['expired'] += 1
                 continue
             if name in self.landing:
                 # Its pages are still on their way: judged once they

@@ -2198,6 +2198,15 @@ class TestContained(OptimizerTestCase):
         self.assertEqual([], opt.verdicts(end))
         self.assertEqual({}, opt.checks)
         self.assertEqual(pins, self.hv.pins)
+        # Counted: no verdict came.
+        self.assertEqual(1, opt.status()['expired'])
+
+    def test_a_guest_gone_before_its_verdict_is_counted(self):
+        agent, now = self.moved()
+        opt = agent.optimizer
+        self.hv.remove('a')
+        self.sample(agent, 1)
+        self.assertEqual(({}, 1), (opt.checks, opt.status()['expired']))
 
     def test_a_verdict_without_progress_expires(self):
         agent, now = self.moved()
