@@ -116,9 +116,9 @@ MOVE_COST = 1 / 512.0
 # below 0.90x in 6 fewer, 18% less memory moved).
 NEIGHBOUR_GAIN = 0.5
 # Cycles per second below which a sample says nothing of a guest's
-# progress (a paused or idle guest's vCPU threads do not run): the
-# verdicts' windows skip it.
-ACTIVE_HZ = 1e7
+# progress (a paused guest's vCPU threads do not run; an idle one's run
+# for its timer ticks): the verdicts' windows skip it.
+ACTIVE_HZ = 1e5
 BACKOFF_BASE = 60.0      # seconds left alone after a first undo
 BACKOFF_MAX = 3600.0
 RETURN_STALLS = 3         # steps of pages going back that get no nearer
