@@ -127,7 +127,7 @@ BACKOFF_UNDOS_MAX = 32   # undos a record may bring back (2 ** 32 x 60 s
 #                          is BACKOFF_MAX already)
 HOLD = 30.0              # seconds a kept move is left before the next
 HISTORY = 32             # samples of progress a guest may keep: the most
-#                          loop_window can ask for (each keeps loop_window)
+#                          loop_window can ask for (each keeps twice it)
 EXPIRE = 120.0           # seconds after settling a verdict may wait for
 #                          (twice loop_window samples where longer)
 FALLBACK_RATE = 2048.0   # MiB/s assumed without migrate_rate_mb_per_s
@@ -198,7 +198,7 @@ class Rates:
 
 
 class Progress:
-    """A guest's last ``size`` (HISTORY at most) samples of
+    """A guest's last ``size`` (twice HISTORY at most) samples of
     :class:`Rates`, oldest first, as a ring of floats: 40 bytes a sample
     (as objects they took about 190).
     """
@@ -475,8 +475,11 @@ class Optimizer:
             s = state.seconds
             rates = self.history.get(name)
             if rates is None:
-                # No mean looks further back than loop_window samples.
-                rates = self.history[name] = Progress(self.opts.loop_window)
+                # No mean takes more than loop_window samples; twice that
+                # kept, so that a verdict's window finds them past samples
+                # where the guest hardly ran (Progress.mean's active).
+                rates = self.history[name] = Progress(
+                    2 * self.opts.loop_window)
             rates.add(now, instructions / s, cycles / s, refs / s,
                       misses / s)
             # Only the samples where it is light: a memory-intensive
@@ -796,7 +799,7 @@ class Optimizer:
         last = self._mean(name, last=1)
         changed = history is not None and last is not None and any(
             _changed(s.rps / s.ips, last) is not None
-            for s in history if s.ips > 0)
+            for s in list(history)[-self.opts.loop_window:] if s.ips > 0)
         if not changed:
             self.shift_since.pop(name, None)
             return False

@@ -2189,6 +2189,19 @@ class TestContained(OptimizerTestCase):
         self.assertEqual(1.0, opt.trust)
         self.assertIn('a', opt.checks)
 
+    def test_a_move_after_a_pause_is_judged(self):
+        # A sample where the guest did not run, in the window before a
+        # move: the window looks past it (the ring keeps twice
+        # loop_window samples), and the move gets its verdict.
+        self.remote('a')
+        agent = self.start()
+        self.sample(agent, 1, a=0)
+        self.sample(agent, 1)
+        opt = agent.optimizer
+        self.assertTrue(opt.apply(self.to_node1(), self.clock.now))
+        self.assertIn('a', opt.checks)
+        self.assertEqual(0, opt.counts['unjudged'])
+
     def test_a_migrating_guest_is_not_judged(self):
         agent, now = self.moved()
         opt = agent.optimizer
@@ -3218,8 +3231,8 @@ class TestProgress(OptimizerTestCase):
         agent = self.start(cycles=8)
         opt = agent.optimizer
         self.assertIsInstance(opt.history['a'], optimizer.Progress)
-        # 7 samples, of which it keeps the last loop_window (3).
-        self.assertEqual(3, len(opt.history['a']))
+        # 7 samples, of which it keeps the last twice loop_window (3).
+        self.assertEqual(6, len(opt.history['a']))
         self.progress(agent, 'a', 3 * IPS, self.clock.now)
         self.assertEqual(3 * IPS, opt._mean('a').ips)
 
