@@ -661,22 +661,23 @@ class Agent:
         self.restrictions[name] = restriction
         if domain.pinned or domain.metadata_error:
             return
+        if not self.enforcing:
+            # An earlier run's restriction of its own is handed back
+            # (_hand_back); nothing else is touched.
+            return
         if recorded is not None and recorded.host != self.host and (
                 recorded.nodes or recorded.cpus):
             # It came by live migration with the source agent's
             # restriction in its XML (a restrictive numatune, vCPU pins):
-            # Nova's placement first, then this host's plan (if the agent
-            # enforces here); tried again every cycle until it is given
-            # back. Whatever this agent's enforcement: another host's
-            # restriction is never this one's to keep.
+            # Nova's placement first, then this host's plan; tried again
+            # every cycle until it is given back.
             if not self._restore(domain, recorded.nodes, recorded.cpus,
                                  'arrived by live migration from %s'
                                  % recorded.host):
                 self.unrestored[name] = (recorded.host,
                                          bool(recorded.nodes),
                                          bool(recorded.cpus))
-        elif self.enforcing and (recorded is None or
-                                 recorded.host != self.host):
+        elif recorded is None or recorded.host != self.host:
             self.write_record(domain)
 
     def _restore(self, domain, nodes, cpus, why: str) -> bool:
@@ -700,7 +701,7 @@ class Agent:
         self.record(name, 'restored', "ok: Nova's placement (nodes %s, "
                     'CPUs %s): %s' % (_set_text(nova_nodes),
                                       _set_text(nova_cpus), why))
-        self.write_record(domain)
+        self.write_record(domain, force=True)
         return True
 
     def _relist(self, name, nodes) -> None:
@@ -716,13 +717,17 @@ class Agent:
         self.hv.restore(domain, nodes, cpus)
         return True
 
-    def write_record(self, domain: hv_mod.DomainInfo) -> None:
+    def write_record(self, domain: hv_mod.DomainInfo,
+                     force: bool = False) -> None:
         """Keep what the agent knows of the guest in its live metadata
-        (not while it leaves by live migration: the migration's job holds
-        the domain, and the call would wait for it, 30 s, then fail).
+        (when it enforces, or ``force``: Nova's placement given back, so
+        that a later run does not take the old restriction for one still
+        in force; not while the guest leaves by live migration: the
+        migration's job holds the domain, and the call would wait for it,
+        30 s, then fail).
         """
         name = domain.name
-        if not self.enforcing or name in self.migrating:
+        if (not self.enforcing and not force) or name in self.migrating:
             return
         nodes, cpus = self.restrictions.get(name, ((), ()))
         last = self.outcomes.get(name)

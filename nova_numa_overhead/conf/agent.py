@@ -234,9 +234,11 @@ Related options:
         'enforcement',
         default='advisory',
         choices=[
-            ('off', 'measure and report only'),
+            ('off', 'measure and report only (an earlier enforcing '
+                    'run\'s restrictions are given back)'),
             ('advisory', 'log (and notify) what would be done, change '
-                         'nothing'),
+                         'nothing (an earlier enforcing run\'s '
+                         'restrictions are given back)'),
             ('nodeset', 'restrict guests to the planned nodes (the '
                         'cpuset cgroups of their QEMU threads)'),
             ('pages', 'restrict to the planned nodes and move pages to '

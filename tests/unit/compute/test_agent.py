@@ -794,17 +794,26 @@ class TestPlacement(AgentTestCase):
             agent.cycle()
             self.assertEqual([('a', (), ())], self.hv.restored, mode)
             self.assertEqual(((), ()), agent.restrictions['a'])
+            # Its record says so: the next run (enforcing or not) does not
+            # take the old restriction for one in force.
+            self.assertEqual(((), ()), (self.hv.recorded['a'].nodes,
+                                        self.hv.recorded['a'].cpus))
             self.clock.now += 1
             agent.cycle()
             self.assertEqual(1, len(self.hv.restored), mode)
+            again = self.make_agent()
+            again.cycle()
+            self.assertEqual(1, len(self.hv.restored), mode)
 
-    def test_not_enforcing_a_source_agents_restriction_is_given_back(self):
+    def test_not_enforcing_a_source_agents_record_is_left_alone(self):
+        # Its cgroup restriction stayed on the source host; only an
+        # enforcing agent touches what may have travelled in the XML.
         self.flags(group='numa_overhead_agent', enforcement='advisory')
         source = hv_mod.Recorded(host='cmp-src', nodes=(1,), cpus=(8, 9))
         self.hv.add('m', {1: 4 * GIB}, vcpu_node=1, recorded=source)
         agent = self.make_agent()
         agent.cycle()
-        self.assertEqual([('m', (), ())], self.hv.restored)
+        self.assertEqual([], self.hv.restored)
 
     def test_numad_drops_the_moves_awaiting_a_verdict(self):
         agent = self.make_agent()
