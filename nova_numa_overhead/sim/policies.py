@@ -189,15 +189,19 @@ class Numad(Policy):
             1.0 + (node.threads - 1) * self.htt_percent / 100.0)
 
     def _free(self, used: dict) -> tuple:
-        """Free CPUs (hundredths) and free MB per node. The memory is net
-        of the page migrations still queued: numad's migrate_pages
-        returns once they are done.
+        """Free CPUs (hundredths) and free MB per node. The CPUs are what
+        every guest used (numad reads the host's idle time: Nova-pinned
+        guests included; one that started since the last pass counts
+        busy); the memory is net of the page migrations still queued
+        (numad's migrate_pages returns once they are done).
         """
         size = self.spec.size
         busy = [0.0] * size
         for g in self.host.guests.values():
+            if g.oom:
+                continue
             for n, f in g.cpu.items():
-                busy[n] += used.get(g.name, 0.0) * f
+                busy[n] += used.get(g.name, 100.0 * g.vcpus) * f
         cpus = [max(self._cpus_total(n) - busy[n], 0.0)
                 for n in range(size)]
         mbs = [float(mb) for mb in self.host.free_mb()]
@@ -209,19 +213,25 @@ class Numad(Policy):
     # -- one pass (manage_loads) --------------------------------------------
 
     def _manage(self, now) -> float:
+        for table in (self.bound, self.bind_time):
+            for name in [n for n in table if n not in self.host.guests]:
+                del table[name]
         hz = self.spec.ghz * 1e9
         used, mbs_used = {}, {}
         for name, (_i, cycles, _r, _m, seconds) in self.deltas().items():
             guest = self.host.guests.get(name)
-            if guest is None or guest.pinned or guest.oom:
+            if guest is None or guest.oom:
                 continue
             used[name] = 100.0 * cycles / seconds / hz
             mbs_used[name] = guest.allocated_mb
         if not used:
             # Nothing measured yet: back soon.
             return self.min_interval
+        # (Nova-pinned guests: numad would bind them too, its affinity
+        # clipped by their cgroups; the simulator's policies leave them.)
         candidates = [self.host.guests[n] for n in sorted(used)
-                      if used[n] > self.cpu_threshold and
+                      if not self.host.guests[n].pinned and
+                      used[n] > self.cpu_threshold and
                       mbs_used[n] > self.mb_threshold]
         magnitude = {g.name: used[g.name] * mbs_used[g.name]
                      for g in candidates}
