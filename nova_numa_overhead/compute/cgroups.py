@@ -261,10 +261,43 @@ def set_cgroup_vcpu_cpus(cgroup_text: str, cpus, root: str = ROOT) -> list:
                                       'parent cgroup restricts them'
                                       % (cgroup, format_mems(got) or '-',
                                          value))
+            _set_affinity(cgroup, version, cpus)
     except (CgroupError, OSError):
         _put_back(written, 'cpuset.cpus')
         raise
     return [cgroup for cgroup, _before in written]
+
+
+def _set_affinity(cgroup: str, version: int, cpus) -> None:
+    """Every thread of ``cgroup`` on ``cpus``, also where it asked for
+    fewer before: since Linux 6.2 a cpuset change keeps the CPUs a thread
+    last asked for with sched_setaffinity (numad's binding, libvirt's own
+    pinning), so the cgroup's CPUs alone could leave it on those. Needs
+    CAP_SYS_NICE for QEMU's threads (another user's); without it the
+    kernel's affinity must already be ``cpus``.
+    """
+    path = os.path.join(cgroup, 'cgroup.threads' if version == 2
+                        else 'tasks')
+    if not os.path.exists(path):
+        return
+    wanted = set(cpus)
+    for line in _read(path).split():
+        tid = int(line)
+        try:
+            os.sched_setaffinity(tid, wanted)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            try:
+                now = os.sched_getaffinity(tid)
+            except ProcessLookupError:
+                continue
+            if now != wanted:
+                raise CgroupError(
+                    'thread %d of %s keeps CPUs %s, not %s: an earlier '
+                    'affinity of its own, which only CAP_SYS_NICE may '
+                    'change (the cgroup helper\'s capabilities)'
+                    % (tid, cgroup, format_mems(now), format_mems(wanted)))
 
 
 def _put_back(written, name: str = 'cpuset.mems') -> None:

@@ -32,6 +32,7 @@ Domains are looked up by libvirt uuid on every call, so a
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import os
 import re
@@ -484,6 +485,16 @@ def parse_recorded(element) -> hypervisor.Recorded | None:
         moved=_count(counts, 'moved'), kept=_count(counts, 'kept'),
         undone=_count(counts, 'undone'),
         backoff_undos=_count(backoff, 'undos'), backoff_until=until)
+
+
+def _no_cgroup(error) -> bool:
+    """Whether a cgroup helper's failure says the guest's threads have
+    no cpuset cgroup to write (rather than a write refused).
+    """
+    cause = error.__cause__
+    return isinstance(cause, OSError) and (
+        cause.errno == errno.ENOENT or 'no vCPU cgroup' in str(cause) or
+        'no cpuset cgroup' in str(cause))
 
 
 def parse_domain(xml: str, name: str = '', uuid: str = '',
@@ -1198,6 +1209,10 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             return
         super().restore(domain, nodes, cpus)
 
+    #: Whether libvirt gives vCPU threads cpuset cgroups of their own
+    #: (until a write finds none).
+    _vcpu_cgroups = True
+
     def _cgroup_pid(self, domain) -> int | None:
         """The QEMU pid of a local guest, else None."""
         return domain.pid if domain.pid is not None else self._read_pid(
@@ -1276,9 +1291,22 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             raise hypervisor.HypervisorError(
                 'cannot pin %s to CPUs %s (unknown: %s)'
                 % (domain.name, sorted(cpus), unknown))
-        if self._cgroup_pid(domain) is not None:
-            self._set_cgroup_cpus(domain, sorted(cpus))
-            return
+        if self._cgroup_pid(domain) is not None and self._vcpu_cgroups:
+            error = None
+            try:
+                self._set_cgroup_cpus(domain, sorted(cpus))
+                return
+            except hypervisor.HypervisorError as e:
+                error = e
+            if not _no_cgroup(error):
+                raise error
+            # libvirt made no cpuset cgroup for the vCPU threads (its
+            # cgroup_controllers, a container): its own call, whose pins
+            # live in the XML.
+            self._vcpu_cgroups = False
+            LOG.warning('%s: vCPUs are pinned through libvirt from now on '
+                        '(their pins then travel with a live migration; '
+                        'the destination agent gives Nova\'s back)', error)
         cpumap = tuple(i in cpus for i in range(max(known) + 1))
         dom = self._lookup(domain)
         with self._errors('pinning vCPUs of %s' % domain.name, dom):

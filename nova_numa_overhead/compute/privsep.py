@@ -73,15 +73,18 @@ numa_overhead_pctxt = priv_context.PrivContext(
     capabilities=CAPABILITIES,
 )
 
-#: The helper that restricts a domain's memory nodes: cpuset.mems of its
-#: QEMU threads' cgroups, files root owns (mode 0644), so it runs as root
-#: (the page helper runs best as QEMU's user); CAP_SYS_PTRACE to verify
-#: QEMU's executable like the other.
+#: The helper that restricts a domain's memory nodes and vCPUs' CPUs:
+#: cpuset.mems and cpuset.cpus of its QEMU threads' cgroups, files root
+#: owns (mode 0644), so it runs as root (the page helper runs best as
+#: QEMU's user); CAP_SYS_PTRACE to verify QEMU's executable like the
+#: other, CAP_SYS_NICE to set the vCPU threads' affinity (Linux 6.2 keeps
+#: a thread's own across a cpuset change).
+CGROUP_CAPABILITIES = [caps.CAP_SYS_PTRACE, caps.CAP_SYS_NICE]
 numa_overhead_cgroup_pctxt = priv_context.PrivContext(
     'nova_numa_overhead',
     cfg_section='numa_overhead_cgroups',
     pypath=__name__ + '.numa_overhead_cgroup_pctxt',
-    capabilities=CAPABILITIES,
+    capabilities=CGROUP_CAPABILITIES,
 )
 
 #: Where libvirt's system QEMU driver keeps ``<domain name>.pid``.

@@ -41,6 +41,8 @@ rootwrap rule and for why each kernel check passes.
 #: The capabilities the helper keeps by default (compute/privsep.py):
 #: what it needs when it runs as root.
 CAPABILITIES = ['CAP_SYS_PTRACE']
+#: ... and the cgroup helper's (compute/privsep.py).
+CGROUP_CAPABILITIES = ['CAP_SYS_PTRACE', 'CAP_SYS_NICE']
 
 _RELATED = """
 Related options:
@@ -158,8 +160,9 @@ or ``pages`` (for guests without ``<numatune>``, as Nova writes floating
 guests), and the CPUs of its vCPU threads (``cpuset.cpus`` of their
 cgroups) when the agent moves them. Those files belong to root: leave
 ``user`` and ``group`` unset so that it runs as root, with
-``CAP_SYS_PTRACE`` to check that the process is the domain's QEMU. It
-acts on a libvirt domain's cgroups and nothing else.
+``CAP_SYS_PTRACE`` to check that the process is the domain's QEMU and
+``CAP_SYS_NICE`` to set its vCPU threads' affinity. It acts on a libvirt
+domain's cgroups and threads and nothing else.
 """)
 
 
@@ -194,6 +197,25 @@ Possible values:
 Related options:
 
 * ``[numa_overhead_cgroups] user``
+"""
+        elif opt.name == 'capabilities':
+            opt.default = list(CGROUP_CAPABILITIES)
+            opt.help = """
+Linux capabilities the helper keeps.
+
+Possible values:
+
+* ``CAP_SYS_PTRACE,CAP_SYS_NICE`` (the default): the first to check that
+  a process is the domain's QEMU (its ``exe`` link), the second to set
+  the CPU affinity of QEMU's vCPU threads when the agent moves them
+  (since Linux 6.2 a cpuset change keeps the CPUs a thread asked for
+  itself, numad's or libvirt's pinning; without it such a move fails with
+  one line saying so).
+* Another comma-separated list of capability names.
+
+Related options:
+
+* ``[numa_overhead_agent] enforcement``
 """
         opts.append(opt)
     return opts

@@ -233,3 +233,36 @@ class TestSetVcpuCpus(CgroupFsTestCase):
                           [-1], root=self.root)
         self.assertRaises(cgroups.CgroupError, cgroups.set_cgroup_vcpu_cpus,
                           '0::/../../etc/vcpu0\n', [0], root=self.root)
+
+    def test_the_threads_own_affinity_is_set_too(self):
+        # Linux 6.2 keeps a thread's own sched_setaffinity across a
+        # cpuset change: the helper sets it (CAP_SYS_NICE); without the
+        # capability, the kernel's affinity must already be the CPUs.
+        text = '0::/%s/emulator\n' % SCOPE
+        for name in ('emulator', 'vcpu0'):
+            self.cpus('%s/%s' % (SCOPE, name), cpus='0-7')
+        with open(os.path.join(self.root, SCOPE, 'vcpu0',
+                               'cgroup.threads'), 'w') as f:
+            f.write('101\n102\n')
+        calls = []
+        self.useFixture(fixtures.MockPatchObject(
+            cgroups.os, 'sched_setaffinity',
+            side_effect=lambda tid, cpus: calls.append((tid, cpus))))
+        cgroups.set_cgroup_vcpu_cpus(text, [2, 3], root=self.root)
+        self.assertEqual([(101, {2, 3}), (102, {2, 3})], calls)
+
+        def refused(tid, cpus):
+            raise PermissionError(1, 'Operation not permitted')
+        self.useFixture(fixtures.MockPatchObject(
+            cgroups.os, 'sched_setaffinity', side_effect=refused))
+        affinity = self.useFixture(fixtures.MockPatchObject(
+            cgroups.os, 'sched_getaffinity', return_value={2, 3})).mock
+        cgroups.set_cgroup_vcpu_cpus(text, [2, 3], root=self.root)
+        affinity.return_value = {5}
+        error = self.assertRaises(cgroups.CgroupError,
+                                  cgroups.set_cgroup_vcpu_cpus, text, [2, 3],
+                                  root=self.root)
+        self.assertIn('keeps CPUs 5, not 2,3', str(error))
+        self.assertIn('CAP_SYS_NICE', str(error))
+        # Put back as before the refused change.
+        self.assertEqual('2,3', self.read('%s/vcpu0' % SCOPE, 'cpuset.cpus'))

@@ -600,6 +600,28 @@ class TestActions(LibvirtDriverTestCase):
         self.assertRaises(hypervisor.HypervisorError, hv.pin_vcpus, info,
                           [999])
 
+    def test_vcpus_through_libvirt_where_they_have_no_cgroup(self):
+        # libvirt made no cpuset cgroup for the vCPU threads: its own
+        # pinning, from then on; a refused write stays an error.
+        from nova_numa_overhead.compute import cgroups
+        errors = [cgroups.CgroupError('no vCPU cgroup (vcpuN) next to x'),
+                  OSError(13, 'denied')]
+        calls = []
+
+        def refuse(call):
+            calls.append(call)
+            raise errors.pop(0)
+        hv = self._cgroup_driver(None, cpus=refuse)
+        dom = self._define()
+        info = self._info_of(hv, dom)
+        hv.pin_vcpus(info, [1])
+        hv.pin_vcpus(info, [0])
+        self.assertEqual(1, len(calls))
+        self.assertIn('vcpupin', dom.XMLDesc(0))
+        hv2 = self._cgroup_driver(None, cpus=refuse)
+        self.assertRaises(hypervisor.HypervisorError, hv2.pin_vcpus,
+                          self._info_of(hv2, dom), [1])
+
     def _cgroup_driver(self, record, cpus=None):
         pid_dir = self.useFixture(fixtures.TempDir()).path
         hv = libvirt_driver.LibvirtHypervisor(

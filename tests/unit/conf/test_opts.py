@@ -103,6 +103,19 @@ class TestPrivilegedOptions(base.TestCase):
                    for c in privileged.CAPABILITIES),
             sorted(privsep.CAPABILITIES))
 
+    def test_the_cgroup_helpers_capabilities_are_its_contexts(self):
+        from oslo_privsep import capabilities
+
+        from nova_numa_overhead.compute import privsep
+        from nova_numa_overhead.conf import privileged
+        self.assertEqual(
+            sorted(capabilities.CAPS_BYNAME[c]
+                   for c in privileged.CGROUP_CAPABILITIES),
+            sorted(privsep.CGROUP_CAPABILITIES))
+        [opt] = [o for o in privileged._cgroup_opts()
+                 if o.name == 'capabilities']
+        self.assertEqual(privileged.CGROUP_CAPABILITIES, opt.default)
+
     def test_in_the_sample(self):
         with open(SAMPLE) as f:
             self.assertIn('[numa_overhead_privileged]', f.read())
