@@ -33,10 +33,10 @@ KNOWN_BUILTIN = {
     'mc-8': ('win', 'oracle'),
     'memory-16g': ('win', 'oracle'),
     'memory-32g': ('win', 'oracle'),
-    'memory-8g': ('oracle',),
+    'memory-8g': ('win', 'oracle'),
     'mixed-12': ('win', 'oracle'),
     'mixed-16': ('win', 'oracle'),
-    'mixed-8': ('oracle',),
+    'mixed-8': ('win', 'oracle'),
     'phases': ('win',),
     'sockets-2': ('win', 'oracle'),
     'sockets-8': ('win', 'oracle'),
@@ -50,7 +50,7 @@ KNOWN_SWEEP = {
     'sweep-101-4': ('oracle',),
     'sweep-101-5': ('win', 'oracle'),
     'sweep-101-7': ('oracle',),
-    'sweep-101-9': ('win', 'oracle'),
+    'sweep-101-9': ('oracle',),
 }
 
 # Where the fair oracle (every guest >= 0.90x Nova) stays below 90% of the
@@ -61,7 +61,7 @@ UNATTAINABLE_SWEEP = {'sweep-101-0', 'sweep-101-2', 'sweep-101-4',
 # And where another policy gets ahead by sacrificing guests, beyond every
 # placement known that keeps them (the guest and win rules look
 # incompatible).
-WIN_UNATTAINABLE_SWEEP = {'sweep-101-5', 'sweep-101-9'}
+WIN_UNATTAINABLE_SWEEP = set()
 
 
 def row(name='s', vs_nova=1.0, worst=1.0, vs_best=0.0, oracle=1.0,
@@ -284,17 +284,17 @@ class TestTheBar(testtools.TestCase):
                          dist['fair_oracle']['unattainable'])
         self.assertEqual(len(WIN_UNATTAINABLE_SWEEP),
                          dist['fair_oracle']['win_unattainable'])
-        # Every scenario where the bar is broken breaks only rules that
-        # look out of reach there (sweep-101-5 and -9: numad ahead by
-        # 5.7% and 2.8%, its worst guest at 0.46x and 0.68x).
-        self.assertEqual((len(KNOWN_SWEEP), len(KNOWN_SWEEP)),
+        # Of the scenarios where the bar is broken, all but sweep-101-5
+        # break only rules that look out of reach there (it is 5.3%
+        # behind numad, which the fair oracle's placement is not).
+        self.assertEqual((len(KNOWN_SWEEP), len(KNOWN_SWEEP) - 1),
                          (dist['bar']['broken'],
                           dist['bar']['only_out_of_reach']))
         self.assertEqual(
-            {'harm': 0, 'guest': 0, 'win': 0, 'oracle': 0, 'economy': 0},
+            {'harm': 0, 'guest': 0, 'win': 1, 'oracle': 0, 'economy': 0},
             dist['bar']['within_reach'])
-        self.assertIn('the bar broken in 6 of 10 (harm 0, guest 0, win 2, '
-                      'oracle 6, economy 0); in 6 of them only rules that '
+        self.assertIn('the bar broken in 6 of 10 (harm 0, guest 0, win 1, '
+                      'oracle 6, economy 0); in 5 of them only rules that '
                       'look out of reach; in the others harm 0, guest 0, '
-                      'win 0, oracle 0, economy 0',
+                      'win 1, oracle 0, economy 0',
                       ' '.join(sweep.table(data).split()))
