@@ -232,6 +232,15 @@ class Collector:
         state = self.guests.get(name)
         if state is None:
             state = self.guests[name] = GuestState()
+        if state.last is not None and counters is not None and \
+                state.last_time is not None and now <= state.last_time:
+            # A second read at the same time (an event's cycle right after
+            # the sampling one): no interval, no sample, and the baseline
+            # stays, so that the next read's sample covers all the time
+            # since it (a new baseline here would hand that read the
+            # counts of no time).
+            state.delta = None
+            return False
         previous, state.last = state.last, counters
         state._previous_time, state.last_time = state.last_time, now
         # No sample this time: no rates either (not the last ones again).

@@ -120,6 +120,19 @@ class TestRates(base.TestCase):
         self.assertFalse(self.collector.update('a', counters, 5.0))
         self.assertIsNone(self.collector.guests['a'].delta)
 
+    def test_a_second_read_at_the_same_time_keeps_the_baseline(self):
+        # An event's cycle right after the sampling one: no sample, and
+        # the next read's sample covers all the time since (not the
+        # counts of no time, which read as a guest that did not run).
+        self.collector.update('a', hv_mod.DomainCounters(0, 0, 0, 0, 0), 1.0)
+        self.assertFalse(self.collector.update(
+            'a', hv_mod.DomainCounters(10, 20, 4, 2, 0), 1.0))
+        self.assertIsNone(self.collector.guests['a'].delta)
+        self.assertTrue(self.collector.update(
+            'a', hv_mod.DomainCounters(30, 60, 8, 4, 0), 2.0))
+        self.assertEqual((30, 60, 8, 4), self.collector.guests['a'].delta)
+        self.assertEqual(1.0, self.collector.guests['a'].seconds)
+
     def test_retain_forgets_them(self):
         self.collector.update_bandwidth({'a': {0: (0, 0)}}, 1.0)
         self.collector.retain([])
