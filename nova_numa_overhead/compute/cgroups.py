@@ -169,20 +169,31 @@ def set_memory_nodes(pid: int, nodes, proc: str = '/proc',
 
 def set_cgroup_mems(cgroup_text: str, nodes, root: str = ROOT) -> list:
     """:func:`set_memory_nodes` for the process whose ``/proc/<pid>/cgroup``
-    reads ``cgroup_text`` (read by the caller through a held process).
+    reads ``cgroup_text`` (read by the caller through a held process);
+    no ``nodes``: every node the parent cgroup allows.
     """
     nodes = tuple(sorted(set(int(n) for n in nodes)))
-    if not nodes or nodes[0] < 0:
+    if nodes and nodes[0] < 0:
         raise ValueError('nodes must be non-negative ids, not %r'
                          % (nodes,))
     directory, version = cpuset_dir(cgroup_text, root)
     if not os.path.normpath(directory).startswith(
             os.path.normpath(root) + os.sep):
         raise CgroupError('cgroup %s is not below %s' % (directory, root))
+    threads = thread_cgroups(directory)
+    if not nodes:
+        # Every node its parent allows (what it had before the agent):
+        # on cgroup v1, where "the parent's" has no value, written out.
+        parent = os.path.dirname(threads[0])
+        nodes = parse_mems(_read(os.path.join(
+            parent, 'cpuset.mems.effective' if version == 2 else
+            'cpuset.mems')))
+        if not nodes:
+            raise CgroupError('%s allows no memory node' % parent)
     written = []
     value = format_mems(nodes)
     try:
-        for cgroup in thread_cgroups(directory):
+        for cgroup in threads:
             if version == 1:
                 _enable_v1_migration(cgroup)
             path = os.path.join(cgroup, 'cpuset.mems')

@@ -1195,19 +1195,31 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
 
     def restore(self, domain: hypervisor.DomainInfo, nodes=None,
                 cpus=None) -> None:
-        """As :meth:`Hypervisor.restore`; a local QEMU's vCPUs given
-        every CPU (cpus ``()``) get what their parent cgroup allows, not
-        every CPU of the host written out (a parent restricting them would
-        refuse that).
+        """As :meth:`Hypervisor.restore`; a local QEMU given every node
+        (nodes ``()``, no numatune) or its vCPUs every CPU (cpus ``()``)
+        get what their parent cgroup allows, not every node or CPU of the
+        host written out (a parent restricting them, systemd's
+        ``AllowedMemoryNodes`` or ``AllowedCPUs`` say, would refuse that,
+        and the guest would stay confined).
         """
-        if cpus is not None and not cpus and \
-                self._cgroup_pid(domain) is not None:
+        local = self._cgroup_pid(domain) is not None
+        if nodes is not None and not nodes and local and \
+                self._numatune_mode(domain) is None:
+            self._refuse_pinned(domain, 'change the nodeset of')
+            self._set_cgroup_nodes(domain, [])
+            nodes = None
+        if cpus is not None and not cpus and local and self._vcpu_cgroups:
             self._refuse_pinned(domain, 'pin the vCPUs of')
             if nodes is not None:
                 super().restore(domain, nodes, None)
             self._set_cgroup_cpus(domain, [])
             return
         super().restore(domain, nodes, cpus)
+
+    def _numatune_mode(self, domain) -> str | None:
+        dom = self._lookup(domain)
+        with self._errors('numatune of %s' % domain.name, dom):
+            return live_numatune_mode(dom.XMLDesc(0))
 
     #: Whether libvirt gives vCPU threads cpuset cgroups of their own
     #: (until a write finds none).

@@ -210,6 +210,10 @@ class TestNovaFloatingGuest(LibvirtTestCase, tests_base.TestCase):
             self.assertOnlyOn(nodes, self.ram_nodes(info.pid))
             self.assertEqual(tuple(nodes), self.info(dom).allowed_nodes)
         self.assertNotIn('<numatune', dom.XMLDesc(0))
+        # Nova's nodes back: what the machine scope allows (every node
+        # here), not written out by the agent from its own topology.
+        self.hv.restore(info, (), None)
+        self.assertEqual({}, self.narrowed(info))
         # Its vCPUs through their cgroups the same way: the affinity the
         # kernel gives their threads, and nothing in the XML that a live
         # migration copies to its destination; then what the parent

@@ -141,6 +141,19 @@ class TestSetMemoryNodes(CgroupFsTestCase):
         emulator = os.path.join(self.root, SCOPE, 'emulator', 'cpuset.mems')
         self.assertEqual([(emulator, b'1,2'), (emulator, b'\n')], writes)
 
+    def test_no_nodes_gives_the_parents_back(self):
+        # Nova's placement back: what the machine scope allows (systemd's
+        # AllowedMemoryNodes may be fewer than the host's), not every node
+        # of the host written out, which such a parent would refuse.
+        self.process(42, '0::/%s/emulator\n' % SCOPE)
+        self.cgroup(SCOPE, mems='', effective='0-1')
+        for sub in ('emulator', 'vcpu0'):
+            self.cgroup('%s/%s' % (SCOPE, sub), mems='1', effective='0,1')
+        cgroups.set_memory_nodes(42, [], proc=self.proc, root=self.root)
+        self.assertEqual(['0,1', '0,1'],
+                         [self.read('%s/%s' % (SCOPE, sub))
+                          for sub in ('emulator', 'vcpu0')])
+
     def test_v1_turns_memory_migration_on(self):
         self.process(42, '4:cpuset:/%s/emulator\n' % SCOPE)
         directory = self.cgroup('cpuset/%s/emulator' % SCOPE)
@@ -165,9 +178,11 @@ class TestSetMemoryNodes(CgroupFsTestCase):
                                                'emulator'), 0o700)
         self.assertEqual((), cgroups.memory_nodes(8, proc=self.proc,
                                                   root=self.root))
-        for nodes in ([], [-1]):
-            self.assertRaises(ValueError, cgroups.set_memory_nodes, 8, nodes,
-                              proc=self.proc, root=self.root)
+        self.assertRaises(ValueError, cgroups.set_memory_nodes, 8, [-1],
+                          proc=self.proc, root=self.root)
+        # No nodes: the parent's, which it cannot read here.
+        self.assertRaises(cgroups.CgroupError, cgroups.set_memory_nodes, 8,
+                          [], proc=self.proc, root=self.root)
         self.process(6, '0::/../../etc\n')
         self.assertRaises(cgroups.CgroupError, cgroups.set_memory_nodes, 6,
                           [0], proc=self.proc, root=self.root)

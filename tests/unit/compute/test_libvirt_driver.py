@@ -583,6 +583,19 @@ class TestActions(LibvirtDriverTestCase):
         self.assertEqual((), self._info_of(hv, dom).allowed_nodes)
         self.assertEqual((), self._info_of(hv, dom).allowed_nodes)
 
+    def test_novas_nodes_back_through_cgroups_are_the_parents(self):
+        # A floating guest's nodes given back: [] to the cgroup helper
+        # (the parent's nodes), not every node of the host.
+        calls = []
+        hv = self._cgroup_driver(calls.append, cpus=calls.append)
+        dom = self._define()
+        info = self._info_of(hv, dom)
+        hv.restore(info, (), None)
+        hv.restore(info, (), ())
+        identity = (info.name, info.uuid)
+        self.assertEqual([(identity, []), (identity, []), (identity, [])],
+                         calls)
+
     def test_vcpus_of_a_local_qemu_through_cgroups(self):
         # Not virDomainPinVcpu: its <vcpupin> would travel with a live
         # migration. Nova's placement back: what the parent allows ([]).
