@@ -176,48 +176,22 @@ def set_cgroup_mems(cgroup_text: str, nodes, root: str = ROOT) -> list:
     if nodes and nodes[0] < 0:
         raise ValueError('nodes must be non-negative ids, not %r'
                          % (nodes,))
-    directory, version = cpuset_dir(cgroup_text, root)
-    if not os.path.normpath(directory).startswith(
-            os.path.normpath(root) + os.sep):
-        raise CgroupError('cgroup %s is not below %s' % (directory, root))
+    directory, version = _cpuset_dir_below(cgroup_text, root)
     threads = thread_cgroups(directory)
     if not nodes:
-        # Every node its parent allows (what it had before the agent):
-        # on cgroup v1, where "the parent's" has no value, written out.
-        parent = os.path.dirname(threads[0])
-        nodes = parse_mems(_read(os.path.join(
-            parent, 'cpuset.mems.effective' if version == 2 else
-            'cpuset.mems')))
+        # Every node its parent allows (what it had before the agent).
+        nodes = _parents(threads[0], version, 'cpuset.mems')
         if not nodes:
-            raise CgroupError('%s allows no memory node' % parent)
-    written = []
-    value = format_mems(nodes)
-    try:
-        for cgroup in threads:
-            if version == 1:
-                _enable_v1_migration(cgroup)
-            path = os.path.join(cgroup, 'cpuset.mems')
-            before = _read(path).strip()
-            try:
-                _write(path, value)
-            except OSError as e:
-                raise CgroupError(e.errno, 'cannot write %s to %s: %s'
-                                  % (value, path, e.strerror))
-            written.append((cgroup, before))
-            effective = os.path.join(cgroup, 'cpuset.mems.effective')
-            if os.path.exists(effective):
-                got = parse_mems(_read(effective))
-                if got != nodes:
-                    raise CgroupError('%s allows nodes %s, not %s: a '
-                                      'parent cgroup restricts them'
-                                      % (cgroup, format_mems(got) or '-',
-                                         value))
-    except (CgroupError, OSError):
-        # Not half-restricted (the emulator's thread confined, the vCPUs
-        # not): what was written is put back, best effort.
-        _put_back(written)
-        raise
-    return [cgroup for cgroup, _before in written]
+            raise CgroupError('%s allows no memory node'
+                              % os.path.dirname(threads[0]))
+
+    def migrate(cgroup):
+        if version == 1:
+            _enable_v1_migration(cgroup)
+    # Not half-restricted (the emulator's thread confined, the vCPUs
+    # not): on a failure what was written is put back, best effort.
+    return _write_all(threads, 'cpuset.mems', nodes, 'nodes',
+                      before=migrate)
 
 
 def set_cgroup_vcpu_cpus(cgroup_text: str, cpus, root: str = ROOT) -> list:
@@ -238,45 +212,75 @@ def set_cgroup_vcpu_cpus(cgroup_text: str, cpus, root: str = ROOT) -> list:
     cpus = tuple(sorted(set(int(c) for c in cpus)))
     if cpus and cpus[0] < 0:
         raise ValueError('CPUs must be non-negative ids, not %r' % (cpus,))
-    directory, version = cpuset_dir(cgroup_text, root)
-    if not os.path.normpath(directory).startswith(
-            os.path.normpath(root) + os.sep):
-        raise CgroupError('cgroup %s is not below %s' % (directory, root))
+    directory, version = _cpuset_dir_below(cgroup_text, root)
     vcpus = [c for c in thread_cgroups(directory)
              if VCPU_CGROUP_RE.match(os.path.basename(c))]
     if not vcpus:
         raise CgroupError('no vCPU cgroup (vcpuN) next to %s' % directory)
-    parent = os.path.dirname(vcpus[0])
     if not cpus:
-        # Cgroup v1 has no "the parent's": its CPUs, written out.
-        cpus = parse_mems(_read(os.path.join(
-            parent, 'cpuset.cpus.effective' if version == 2 else
-            'cpuset.cpus')))
-    value = format_mems(cpus)
+        cpus = _parents(vcpus[0], version, 'cpuset.cpus')
+    return _write_all(vcpus, 'cpuset.cpus', cpus, 'CPUs',
+                      after=lambda cgroup: _set_affinity(cgroup, version,
+                                                         cpus))
+
+
+def _cpuset_dir_below(cgroup_text: str, root: str) -> tuple[str, int]:
+    """:func:`cpuset_dir`, refused unless below ``root``."""
+    directory, version = cpuset_dir(cgroup_text, root)
+    if not os.path.normpath(directory).startswith(
+            os.path.normpath(root) + os.sep):
+        raise CgroupError('cgroup %s is not below %s' % (directory, root))
+    return directory, version
+
+
+def _parents(cgroup: str, version: int, name: str) -> tuple:
+    """The ids the parent of ``cgroup`` allows in ``name``: its effective
+    ones (cgroup v2), or its own (v1, where "the parent's" has no value
+    and a child's must be written out).
+    """
+    parent = os.path.dirname(cgroup)
+    return parse_mems(_read(os.path.join(
+        parent, name + '.effective' if version == 2 else name)))
+
+
+def _write_all(cgroups, name: str, ids, what: str, before=None,
+               after=None) -> list:
+    """``ids`` into ``name`` (``cpuset.mems``, ``cpuset.cpus``) of every
+    one of ``cgroups``, each checked against its effective ids (a parent
+    that does not allow them all makes it fail rather than silently use
+    fewer); on a failure what was written is put back, best effort.
+    ``before(cgroup)`` and ``after(cgroup)`` run around each write.
+
+    :returns: the cgroup directories written.
+    """
+    value = format_mems(ids)
     written = []
     try:
-        for cgroup in vcpus:
-            path = os.path.join(cgroup, 'cpuset.cpus')
-            before = _read(path).strip()
+        for cgroup in cgroups:
+            if before is not None:
+                before(cgroup)
+            path = os.path.join(cgroup, name)
+            old = _read(path).strip()
             try:
                 _write(path, value)
             except OSError as e:
                 raise CgroupError(e.errno, 'cannot write %s to %s: %s'
                                   % (value, path, e.strerror))
-            written.append((cgroup, before))
-            effective = os.path.join(cgroup, 'cpuset.cpus.effective')
+            written.append((cgroup, old))
+            effective = path + '.effective'
             if os.path.exists(effective):
                 got = parse_mems(_read(effective))
-                if got != cpus:
-                    raise CgroupError('%s allows CPUs %s, not %s: a '
+                if got != tuple(ids):
+                    raise CgroupError('%s allows %s %s, not %s: a '
                                       'parent cgroup restricts them'
-                                      % (cgroup, format_mems(got) or '-',
-                                         value))
-            _set_affinity(cgroup, version, cpus)
+                                      % (cgroup, what,
+                                         format_mems(got) or '-', value))
+            if after is not None:
+                after(cgroup)
     except (CgroupError, OSError):
-        _put_back(written, 'cpuset.cpus')
+        _put_back(written, name)
         raise
-    return [cgroup for cgroup, _before in written]
+    return [cgroup for cgroup, _old in written]
 
 
 def _set_affinity(cgroup: str, version: int, cpus) -> None:
@@ -311,7 +315,7 @@ def _set_affinity(cgroup: str, version: int, cpus) -> None:
                     % (tid, cgroup, format_mems(now), format_mems(wanted)))
 
 
-def _put_back(written, name: str = 'cpuset.mems') -> None:
+def _put_back(written, name: str) -> None:
     for cgroup, before in reversed(written):
         try:
             _write(os.path.join(cgroup, name), before)

@@ -1175,10 +1175,8 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             raise hypervisor.HypervisorError(
                 'nodeset %s is not within the %d host nodes' % (nodes, size))
         dom = self._lookup(domain)
-        with self._errors('numatune of %s' % domain.name, dom):
-            mode = live_numatune_mode(dom.XMLDesc(0))
-        pid = domain.pid if domain.pid is not None else self._read_pid(
-            domain.name)
+        mode = self._numatune_mode(domain, dom)
+        pid = self._cgroup_pid(domain)
         if mode is None and pid is not None:
             self._set_cgroup_nodes(domain, nodes)
             return
@@ -1216,8 +1214,8 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             return
         super().restore(domain, nodes, cpus)
 
-    def _numatune_mode(self, domain) -> str | None:
-        dom = self._lookup(domain)
+    def _numatune_mode(self, domain, dom=None) -> str | None:
+        dom = dom if dom is not None else self._lookup(domain)
         with self._errors('numatune of %s' % domain.name, dom):
             return live_numatune_mode(dom.XMLDesc(0))
 
@@ -1231,18 +1229,22 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
             domain.name)
 
     def _set_cgroup_cpus(self, domain, cpus) -> None:
-        vcpu_cpus = self._vcpu_cpus
-        if vcpu_cpus is None:
+        self._privileged(domain, 'vCPUs\' CPUs', self._vcpu_cpus,
+                         'set_vcpu_cpus', list(cpus))
+
+    def _set_cgroup_nodes(self, domain, nodes) -> None:
+        self._privileged(domain, 'nodeset', self._memory_nodes,
+                         'set_memory_nodes', list(nodes))
+
+    def _privileged(self, domain, what, call, helper, value) -> None:
+        """``call((name, uuid), value)`` (None: the cgroup helper's
+        entrypoint ``helper``), its failures as HypervisorError.
+        """
+        if call is None:
             from nova_numa_overhead.compute import privsep
 
-            def vcpu_cpus(identity, cpus):
-                return privsep.set_vcpu_cpus(*identity, cpus)
-        self._privileged(domain, 'vCPUs\' CPUs', vcpu_cpus, list(cpus))
-
-    def _privileged(self, domain, what, call, value) -> None:
-        """``call((name, uuid), value)`` of a cgroup helper, its
-        failures as HypervisorError.
-        """
+            def call(identity, value):
+                return getattr(privsep, helper)(*identity, value)
         try:
             call((domain.name, domain.uuid), value)
         except hypervisor.HypervisorError:
@@ -1259,15 +1261,6 @@ class LibvirtHypervisor(hypervisor.Hypervisor):
                 '[numa_overhead_cgroups] did not start (%s); check its '
                 'helper_command and the sudoers or rootwrap rule (see the '
                 'deployment guide)' % (what, domain.name, e)) from e
-
-    def _set_cgroup_nodes(self, domain, nodes) -> None:
-        memory_nodes = self._memory_nodes
-        if memory_nodes is None:
-            from nova_numa_overhead.compute import privsep
-
-            def memory_nodes(identity, nodes):
-                return privsep.set_memory_nodes(*identity, nodes)
-        self._privileged(domain, 'nodeset', memory_nodes, list(nodes))
 
     def move_pages(self, domain: hypervisor.DomainInfo, moves,
                    max_pages: int) -> hypervisor.MoveResult:

@@ -1286,11 +1286,8 @@ class Optimizer:
             # Not tried again at every pass: BACKOFF_BASE, doubled for
             # each failure in a row (a guest whose numatune libvirt will
             # not change live fails every time).
-            failures = self.failures.get(action.guest, 0)
-            self.failures[action.guest] = min(failures + 1,
-                                              BACKOFF_UNDOS_MAX)
-            self.held[action.guest] = now + min(
-                BACKOFF_BASE * 2 ** failures, BACKOFF_MAX)
+            self.held[action.guest] = now + self._doubled(
+                self.failures, action.guest, BACKOFF_BASE)
             return False
         self.failures.pop(action.guest, None)
         if seen is not None:
@@ -1401,11 +1398,7 @@ class Optimizer:
         """
         agent = self.agent
         try:
-            if previous[1]:
-                agent.hv.pin_vcpus(domain, previous[1])
-            else:
-                agent.hv.restore(domain, None,
-                                 agent.nova_cpus.get(domain.name, ()))
+            self._pin_back(domain, previous[1])
         except (hv_mod.DomainGone, hv_mod.HypervisorUnavailable):
             raise
         except Exception as exc:
@@ -1737,10 +1730,17 @@ class Optimizer:
         keeps changing, or that keeps restarting, is not moved again and
         again unjudged), at most BACKOFF_MAX.
         """
-        run = self.unjudged_run.get(name, 0)
+        return self._doubled(self.unjudged_run, name, HOLD)
+
+    @staticmethod
+    def _doubled(runs: dict, name, base: float) -> float:
+        """``base`` doubled for each one ``runs`` counts of ``name``, at
+        most BACKOFF_MAX; one more counted.
+        """
+        run = runs.get(name, 0)
         # Counted no further than BACKOFF_MAX needs (2 ** 1024 overflows).
-        self.unjudged_run[name] = min(run + 1, BACKOFF_UNDOS_MAX)
-        return min(HOLD * 2 ** min(run, BACKOFF_UNDOS_MAX), BACKOFF_MAX)
+        runs[name] = min(run + 1, BACKOFF_UNDOS_MAX)
+        return min(base * 2 ** min(run, BACKOFF_UNDOS_MAX), BACKOFF_MAX)
 
     def _unjudged(self, check, after, rpi, now) -> None:
         self.counts['unjudged'] += 1
@@ -1926,17 +1926,21 @@ class Optimizer:
             'backoff_s': wait})
         return True
 
+    def _pin_back(self, domain, cpus) -> None:
+        """vCPUs on ``cpus``, or Nova's (floating again) for ()."""
+        if cpus:
+            self.agent.hv.pin_vcpus(domain, cpus)
+        else:
+            self.agent.hv.restore(domain, None,
+                                  self.agent.nova_cpus.get(domain.name, ()))
+
     def _restore(self, domain, nodes, cpus, restored) -> bool:
         """vCPUs back to ``cpus`` (() = Nova's: floating again), memory
         to ``nodes`` (() = Nova's nodes). ``restored[0]``: the agent's
         restriction now.
         """
         agent = self.agent
-        if cpus:
-            agent.hv.pin_vcpus(domain, cpus)
-        else:
-            agent.hv.restore(domain, None,
-                             agent.nova_cpus.get(domain.name, ()))
+        self._pin_back(domain, cpus)
         # The vCPUs are back whatever happens next.
         now = agent.restrictions.get(domain.name, ((), ()))
         agent.restrictions[domain.name] = (tuple(now[0]), tuple(cpus))

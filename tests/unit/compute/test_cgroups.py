@@ -37,14 +37,14 @@ class CgroupFsTestCase(testtools.TestCase):
         with open(os.path.join(self.proc, str(pid), 'cgroup'), 'w') as f:
             f.write(cgroup_text)
 
-    def cgroup(self, path, mems='', effective=None):
+    def cgroup(self, path, mems='', effective=None, name='cpuset.mems'):
         directory = os.path.join(self.root, path)
         os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, 'cpuset.mems'), 'w') as f:
+        with open(os.path.join(directory, name), 'w') as f:
             f.write(mems + '\n')
         if effective is not None:
-            with open(os.path.join(directory,
-                                   'cpuset.mems.effective'), 'w') as f:
+            with open(os.path.join(directory, name + '.effective'),
+                      'w') as f:
                 f.write(effective + '\n')
         return directory
 
@@ -191,14 +191,7 @@ class TestSetMemoryNodes(CgroupFsTestCase):
 class TestSetVcpuCpus(CgroupFsTestCase):
 
     def cpus(self, path, cpus='', effective=None):
-        directory = os.path.join(self.root, path)
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, 'cpuset.cpus'), 'w') as f:
-            f.write(cpus + '\n')
-        if effective is not None:
-            with open(os.path.join(directory,
-                                   'cpuset.cpus.effective'), 'w') as f:
-                f.write(effective + '\n')
+        self.cgroup(path, cpus, effective, name='cpuset.cpus')
 
     def test_the_vcpu_cgroups_only(self):
         text = '0::/%s/emulator\n' % SCOPE
